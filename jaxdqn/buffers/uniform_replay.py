@@ -1,0 +1,156 @@
+"""Uniform experience replay: a FIFO ring of items, sampled uniformly with replacement.
+
+An item is any pytree of arrays (a ``Transition``, a ``SequenceItem``, a dict); the ring stores
+each leaf with a leading ``[N]`` axis. ``add`` writes ``K`` items (leaves ``[K, ...]``) at the
+insert position, wrapping around and overwriting the oldest; ``sample`` draws ``B`` slots
+uniformly among the valid ones.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxdqn.types import PyTree, ReplayBuffer, Sample, UniformState
+
+Array = jax.Array
+
+
+def check_capacity(capacity: int) -> int:
+    """Refuse a capacity that is not a positive int."""
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
+        raise ValueError(f"capacity must be a positive int (items the buffer holds), got {capacity!r}")
+    if capacity >= 2**30:
+        raise ValueError(f"capacity must be < 2**30 (int32 slot indices and trees), got {capacity!r}")
+    return capacity
+
+
+def check_batch_size(batch_size: int, capacity: int) -> int:
+    """Refuse a batch size that is not an int in ``[1, capacity]``."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise TypeError(
+            f"batch_size must be a Python int (it is a shape, so it is static), got {batch_size!r}"
+        )
+    if not 1 <= batch_size <= capacity:
+        raise ValueError(f"batch_size must be in [1, capacity={capacity}], got {batch_size}")
+    return batch_size
+
+
+def capacity_of(state: UniformState) -> int:
+    """The static capacity ``N`` of a ring."""
+    return jax.tree_util.tree_leaves(state.storage)[0].shape[0]
+
+
+def init(example_item: PyTree, *, capacity: int) -> UniformState:
+    """An empty ring for items shaped like ``example_item`` (leaves without a leading axis)."""
+    check_capacity(capacity)
+    leaves = jax.tree_util.tree_leaves(example_item)
+    if not leaves:
+        raise ValueError("example_item must have at least one array leaf")
+    storage = jax.tree_util.tree_map(
+        lambda x: jnp.zeros((capacity,) + jnp.shape(x), jnp.asarray(x).dtype), example_item
+    )
+    zero = jnp.zeros((), jnp.int32)
+    return UniformState(storage=storage, insert_pos=zero, size=zero, num_added=zero)
+
+
+def check_items(storage: PyTree, items: PyTree) -> int:
+    """Check that ``items`` (leaves ``[K, ...]``) fit ``storage`` (leaves ``[N, ...]``); return K.
+
+    Raises ``TypeError`` for another structure or dtype and ``ValueError`` for another item shape,
+    a ragged ``K`` or ``K`` outside ``[1, N]``, naming the offending leaf.
+    """
+    store_def = jax.tree_util.tree_structure(storage)
+    items_def = jax.tree_util.tree_structure(items)
+    if store_def != items_def:
+        raise TypeError(f"items must have the buffer's item structure {store_def}, got {items_def}")
+    capacity = jax.tree_util.tree_leaves(storage)[0].shape[0]
+    ks = set()
+    for (path, slot), item in zip(
+        jax.tree_util.tree_flatten_with_path(storage)[0], jax.tree_util.tree_leaves(items)
+    ):
+        name = jax.tree_util.keystr(path) or "item"
+        item_dtype = jnp.result_type(item)
+        if item_dtype != slot.dtype:
+            raise TypeError(f"items{name} has dtype {item_dtype}, the buffer stores {slot.dtype}")
+        shape = jnp.shape(item)
+        if len(shape) != slot.ndim or shape[1:] != slot.shape[1:]:
+            raise ValueError(
+                f"items{name} must have shape [K, {', '.join(map(str, slot.shape[1:]))}] "
+                f"(a leading batch axis K), got {list(shape)}"
+            )
+        ks.add(shape[0])
+    if len(ks) != 1:
+        raise ValueError(f"every leaf of items must have the same leading size K, got {sorted(ks)}")
+    (k,) = ks
+    if not 1 <= k <= capacity:
+        raise ValueError(f"items must hold K in [1, capacity={capacity}] items, got K={k}")
+    return k
+
+
+def write_slots(state: UniformState, k: int) -> Array:
+    """The ``[k]`` slots the next ``add`` of ``k`` items writes (FIFO, wrapping)."""
+    capacity = capacity_of(state)
+    return (state.insert_pos + jnp.arange(k, dtype=jnp.int32)) % capacity
+
+
+def add(state: UniformState, items: PyTree) -> UniformState:
+    """Write ``K`` items (leaves ``[K, ...]``), overwriting the oldest once the ring is full."""
+    k = check_items(state.storage, items)
+    capacity = capacity_of(state)
+    slots = write_slots(state, k)
+    # K <= N, so the slots are distinct: the hint lets XLA emit a plain in-place row write.
+    storage = jax.tree_util.tree_map(
+        lambda s, x: s.at[slots].set(x, unique_indices=True), state.storage, items
+    )
+    return UniformState(
+        storage=storage,
+        insert_pos=(state.insert_pos + k) % capacity,
+        size=jnp.minimum(state.size + k, capacity),
+        num_added=state.num_added + k,
+    )
+
+
+def gather(storage: PyTree, indices: Array) -> PyTree:
+    """The items at ``indices`` ``[B]``: leaves ``[B, ...]``."""
+    return jax.tree_util.tree_map(lambda s: s[indices], storage)
+
+
+def sample(state: UniformState, key: Array, *, batch_size: int) -> Sample:
+    """``batch_size`` items drawn uniformly, with replacement, from the valid slots.
+
+    Precondition: the ring holds at least one item (``size >= 1``), which the execution plan
+    guarantees through ``learning_starts``; from an empty ring slot 0 (zeros) comes back.
+    """
+    check_batch_size(batch_size, capacity_of(state))
+    indices = jax.random.randint(
+        key, (batch_size,), 0, jnp.maximum(state.size, 1), dtype=jnp.int32
+    )
+    return Sample(
+        items=gather(state.storage, indices),
+        indices=indices,
+        weights=jnp.ones((batch_size,), jnp.float32),
+    )
+
+
+def size(state: UniformState) -> Array:
+    """Number of valid items, a jax int32 scalar."""
+    return state.size
+
+
+def make_uniform(capacity: int) -> ReplayBuffer:
+    """A uniform replay buffer of ``capacity`` items (RLlib's ``ReplayBuffer``)."""
+    check_capacity(capacity)
+
+    def init_fn(example_item: PyTree) -> UniformState:
+        return init(example_item, capacity=capacity)
+
+    def sample_fn(state: UniformState, key: Array, batch_size: int, beta: float = 0.0) -> Sample:
+        del beta  # uniform replay has no importance weights to anneal
+        return sample(state, key, batch_size=batch_size)
+
+    def update_fn(state: UniformState, indices: Array, td_errors: Array) -> UniformState:
+        del indices, td_errors
+        return state
+
+    return ReplayBuffer(init=init_fn, add=add, sample=sample_fn, update=update_fn)

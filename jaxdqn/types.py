@@ -1,0 +1,90 @@
+"""The package's vocabulary: the state pytrees and records every layer speaks.
+
+All states are ``NamedTuple``s of arrays (one kind of pytree for the whole package), built with
+keywords. Shapes are per replica; letters: B batch, N capacity, P = next power of two >= N,
+L sequence length, T time, E envs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+
+PyTree = Any
+Array = jax.Array
+
+
+class Transition(NamedTuple):
+    """One environment step as stored for replay.
+
+    ``discount`` is 0 when the episode terminated, 1 when it was truncated or still runs, so a
+    target is ``reward + gamma * discount * max_a Q(next_obs, a)``.
+    """
+
+    obs: Array  # [...obs]
+    action: Array  # [] int32
+    reward: Array  # [] float32
+    discount: Array  # [] float32
+    next_obs: Array  # [...obs]
+
+
+class UniformState(NamedTuple):
+    """A FIFO ring of ``capacity`` items.
+
+    ``storage`` has the item's structure with a leading ``[N]`` axis on every leaf.
+    """
+
+    storage: PyTree  # leaves [N, ...]
+    insert_pos: Array  # [] int32, the next slot to write
+    size: Array  # [] int32, number of valid slots, <= N
+    num_added: Array  # [] int32, items ever added (RLlib's num_added)
+
+
+class PrioritizedState(NamedTuple):
+    """A FIFO ring plus a sum tree and a min tree over its priorities ``p_i = (|td|+eps)^alpha``.
+
+    Trees are flat arrays of length ``2P``: node 1 is the root, node ``i`` has children ``2i`` and
+    ``2i + 1``, leaf of slot ``j`` is node ``P + j``. Unwritten leaves hold 0 (sum) and +inf (min),
+    so they are never drawn and never set the minimum.
+    """
+
+    storage: UniformState
+    sums: Array  # [2P] float32
+    mins: Array  # [2P] float32
+    max_priority: Array  # [] float32, largest p_i ever set; new items enter with it
+
+
+class Sample(NamedTuple):
+    """A replayed batch."""
+
+    items: PyTree  # leaves [B, ...]
+    indices: Array  # [B] int32, slots the items came from (for priority updates)
+    weights: Array  # [B] float32, importance weights (all ones for uniform replay)
+
+
+class SequenceItem(NamedTuple):
+    """A time slice of a rollout, as stored for sequence replay (RLlib's timeslices).
+
+    The first ``burn_in`` steps only warm up a recurrent state; ``mask`` is False on padding
+    (before the rollout began, after it ended, or burn-in steps from an earlier episode).
+    """
+
+    data: PyTree  # leaves [L, ...]
+    mask: Array  # [L] bool
+    first: Array  # [L] bool, True where an episode starts (the network resets its state there)
+    init_state: PyTree  # recurrent state before step 0 of the slice, leaves [...]; () if none
+
+
+class ReplayBuffer(NamedTuple):
+    """A replay buffer as a bundle of pure functions (optax's ``GradientTransformation`` style).
+
+    ``init(example_item) -> state``; ``add(state, items) -> state`` with leaves ``[K, ...]``;
+    ``sample(state, key, batch_size, beta=...) -> Sample`` (``batch_size`` is a Python int: it is a
+    shape); ``update(state, indices, td_errors) -> state`` (a no-op for uniform replay).
+    """
+
+    init: Any
+    add: Any
+    sample: Any
+    update: Any

@@ -1,0 +1,28 @@
+"""Test-wide set-up: 4 forced CPU devices (before jax is imported) and a jit/eager fixture."""
+
+import os
+
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile(
+    "jaxdqn",
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.load_profile("jaxdqn")
+
+
+@pytest.fixture(params=["jit", "eager"])
+def maybe_jit(request):
+    """Run a kernel both compiled and op by op: the two must agree."""
+    if request.param == "jit":
+        return jax.jit
+    return lambda f, **kwargs: f
