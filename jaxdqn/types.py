@@ -1,8 +1,7 @@
 """The package's vocabulary: the state pytrees and records every layer speaks.
 
 All states are ``NamedTuple``s of arrays (one kind of pytree for the whole package), built with
-keywords. Shapes are per replica; letters: B batch, N capacity, P = next power of two >= N,
-L sequence length, T time, E envs.
+keywords. Shapes are per replica; letters: B batch, N capacity, L sequence length, T time, E envs.
 """
 
 from __future__ import annotations
@@ -44,15 +43,16 @@ class UniformState(NamedTuple):
 class PrioritizedState(NamedTuple):
     """A FIFO ring plus a sum tree and a min tree over its priorities ``p_i = (|td|+eps)^alpha``.
 
-    Trees are flat arrays of length ``2P``: node 1 is the root, node ``i`` has children ``2i`` and
-    ``2i + 1``, leaf of slot ``j`` is node ``P + j``. Unwritten leaves hold 0 (sum) and +inf (min),
-    so they are never drawn and never set the minimum.
+    ``trees`` is ``[2, M]``: row 0 the sum tree, row 1 the min tree, 16-ary, levels stored root
+    first (one array, so that XLA updates both in place; see ``buffers.segment_tree``, which
+    also gives the layout). Unwritten leaves hold 0 (sum) and +inf (min), so they are never
+    drawn and never set the minimum.
     """
 
     storage: UniformState
-    sums: Array  # [2P] float32
-    mins: Array  # [2P] float32
+    trees: Array  # [2, M] float32, M ~ 1.07 N
     max_priority: Array  # [] float32, largest p_i ever set; new items enter with it
+
 
 
 class Sample(NamedTuple):

@@ -30,8 +30,7 @@ def init(example_item: PyTree, *, capacity: int) -> PrioritizedState:
     """An empty prioritized buffer for items shaped like ``example_item``."""
     return PrioritizedState(
         storage=uniform_replay.init(example_item, capacity=capacity),
-        sums=segment_tree.init_sum(capacity),
-        mins=segment_tree.init_min(capacity),
+        trees=segment_tree.init(capacity),
         max_priority=jnp.ones((), jnp.float32),
     )
 
@@ -40,13 +39,13 @@ def add(state: PrioritizedState, items: PyTree) -> PrioritizedState:
     """Write ``K`` items (leaves ``[K, ...]``) at the max priority seen so far."""
     k = uniform_replay.check_items(state.storage.storage, items)
     slots = uniform_replay.write_slots(state.storage, k)
-    sums, mins = segment_tree.set_leaves(
-        state.sums, state.mins, slots, jnp.full((k,), state.max_priority)
+    capacity = uniform_replay.capacity_of(state.storage)
+    trees = segment_tree.set_leaves(
+        state.trees, slots, jnp.full((k,), state.max_priority), capacity=capacity
     )
     return PrioritizedState(
         storage=uniform_replay.add(state.storage, items),
-        sums=sums,
-        mins=mins,
+        trees=trees,
         max_priority=state.max_priority,
     )
 
@@ -56,18 +55,16 @@ def sample(state: PrioritizedState, key: Array, *, batch_size: int, beta: float 
 
     ``beta`` may be traced (it is annealed). Precondition: at least one item was added.
     """
-    uniform_replay.check_batch_size(batch_size, uniform_replay.capacity_of(state.storage))
+    capacity = uniform_replay.capacity_of(state.storage)
+    uniform_replay.check_batch_size(batch_size, capacity)
     if isinstance(beta, (int, float)) and not beta >= 0:
         raise ValueError(f"beta must be >= 0 (0: no importance correction), got {beta!r}")
-    mass = jax.random.uniform(key, (batch_size,), jnp.float32) * segment_tree.total(state.sums)
-    indices = segment_tree.find_prefix_sum(state.sums, mass)
-    leaves = state.sums.shape[-1] // 2
-    priorities = state.sums[indices + leaves]  # [B]
-    weights = (segment_tree.minimum(state.mins) / priorities) ** jnp.asarray(beta, jnp.float32)
+    mass = jax.random.uniform(key, (batch_size,), jnp.float32) * segment_tree.total(state.trees)
+    indices, priorities = segment_tree.find_prefix_sum(state.trees, mass, capacity=capacity)  # [B], [B]
+    weights = (segment_tree.minimum(state.trees) / priorities) ** jnp.asarray(beta, jnp.float32)
+    indices, weights = segment_tree.fence((indices, weights))  # see there: no tree copies
     return Sample(
-        items=uniform_replay.gather(state.storage.storage, indices),
-        indices=indices,
-        weights=weights,
+        items=uniform_replay.gather(state.storage.storage, indices), indices=indices, weights=weights
     )
 
 
@@ -90,13 +87,12 @@ def update(
         )
     indices = indices.astype(jnp.int32)
     priorities = priorities_from_td(td_errors, alpha=alpha, eps=eps)
-    sums, mins = segment_tree.set_leaves(
-        state.sums, state.mins, indices, segment_tree.last_write_wins(indices, priorities)
-    )
+    capacity = uniform_replay.capacity_of(state.storage)
+    slots, values = segment_tree.last_write_wins(indices, priorities, capacity=capacity)
+    trees = segment_tree.set_leaves(state.trees, slots, values, capacity=capacity)
     return PrioritizedState(
         storage=state.storage,
-        sums=sums,
-        mins=mins,
+        trees=trees,
         # Over every value given, overwritten ones too, as RLlib's sequential loop does.
         max_priority=jnp.maximum(state.max_priority, jnp.max(priorities)),
     )

@@ -50,8 +50,9 @@ def init(example_item: PyTree, *, capacity: int) -> UniformState:
     storage = jax.tree_util.tree_map(
         lambda x: jnp.zeros((capacity,) + jnp.shape(x), jnp.asarray(x).dtype), example_item
     )
-    zero = jnp.zeros((), jnp.int32)
-    return UniformState(storage=storage, insert_pos=zero, size=zero, num_added=zero)
+    # Three distinct buffers: one array shared by several leaves cannot be donated.
+    insert_pos, size_, num_added = (jnp.zeros((), jnp.int32) for _ in range(3))
+    return UniformState(storage=storage, insert_pos=insert_pos, size=size_, num_added=num_added)
 
 
 def check_items(storage: PyTree, items: PyTree) -> int:

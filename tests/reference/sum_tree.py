@@ -14,22 +14,40 @@ def next_pow2(n: int) -> int:
     return p
 
 
-def check_valid(sums: np.ndarray, mins: np.ndarray, leaves: np.ndarray) -> None:
-    """Every parent equals its children combined, and the leaves equal ``leaves`` (unwritten: 0).
+def reference_layout(capacity: int, fanout: int = 16) -> list[tuple[int, int]]:
+    """(offset, padded size) of each level, root first, written out independently."""
+    counts = [capacity]
+    while counts[-1] > 1:
+        counts.append((counts[-1] + fanout - 1) // fanout)
+    levels, offset = [], 0
+    for n in reversed(counts):
+        size = (n + fanout - 1) // fanout * fanout
+        levels.append((offset, size))
+        offset += size
+    return levels
 
-    Parents must be *exactly* ``left + right`` / ``min(left, right)`` in float32: the trees are
-    recomputed from children, never updated by deltas.
-    """
-    sums = np.asarray(sums)
-    mins = np.asarray(mins)
-    p = sums.shape[0] // 2
-    expected_leaves = np.zeros(p, np.float32)
-    expected_leaves[: len(leaves)] = leaves
-    np.testing.assert_array_equal(sums[p:], expected_leaves)
-    expected_min_leaves = np.where(expected_leaves > 0, expected_leaves, np.inf).astype(np.float32)
-    np.testing.assert_array_equal(mins[p:], expected_min_leaves)
-    np.testing.assert_array_equal(sums[1:p], sums[2 : 2 * p : 2] + sums[3 : 2 * p : 2])
-    np.testing.assert_array_equal(mins[1:p], np.minimum(mins[2 : 2 * p : 2], mins[3 : 2 * p : 2]))
+
+def check_valid(trees: np.ndarray, leaves: np.ndarray, capacity: int, fanout: int = 16) -> None:
+    """The leaves equal ``leaves`` (unwritten: 0 / +inf) and every parent is *exactly* the
+    left-to-right float32 sum (row 0) or the min (row 1) of its children: the trees are
+    recomputed from children, never updated by deltas, so nothing drifts."""
+    trees = np.asarray(trees)
+    levels = reference_layout(capacity, fanout)
+    assert trees.shape == (2, levels[-1][0] + levels[-1][1])
+    offset, size = levels[-1]
+    expected = np.zeros(size, np.float32)
+    expected[: len(leaves)] = leaves
+    np.testing.assert_array_equal(trees[0, offset : offset + size], expected)
+    np.testing.assert_array_equal(
+        trees[1, offset : offset + size], np.where(expected > 0, expected, np.inf).astype(np.float32)
+    )
+    for (p_off, p_size), (c_off, c_size) in zip(levels[:-1], levels[1:]):
+        children = trees[:, c_off : c_off + c_size].reshape(2, -1, fanout)
+        n = children.shape[1]
+        sums = np.cumsum(children[0], axis=1, dtype=np.float32)[:, -1]  # sequential, float32
+        np.testing.assert_array_equal(trees[0, p_off : p_off + n], sums)
+        np.testing.assert_array_equal(trees[1, p_off : p_off + n], children[1].min(axis=1))
+        np.testing.assert_array_equal(trees[0, p_off + n : p_off + p_size], 0.0)  # padding
 
 
 def prefix_sum_index(priorities: np.ndarray, mass: np.ndarray) -> np.ndarray:
