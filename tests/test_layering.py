@@ -1,0 +1,73 @@
+"""The core never imports the shell, has no import cycles, and has no I/O or printing."""
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import jaxdqn
+
+PACKAGE = pathlib.Path(jaxdqn.__file__).parent
+SHELL = {"jaxdqn.cli", "jaxdqn.trainer", "jaxdqn.checkpoint", "jaxdqn.logging", "jaxdqn.distributed"}
+FORBIDDEN_IN_CORE = {"time", "logging", "os", "pathlib", "builtins"}
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def test_core_does_not_import_the_shell_or_do_io():
+    core = {name: path for name, path in MODULES.items() if name not in SHELL}
+    assert "jaxdqn.buffers.prioritized_replay" in core
+    for name, path in core.items():
+        imported = imports_of(path)
+        assert not imported & SHELL, f"{name} imports the shell: {imported & SHELL}"
+        assert not {i.split(".")[0] for i in imported} & FORBIDDEN_IN_CORE, f"{name} does I/O"
+        calls = [n.func.id for n in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+        assert "print" not in calls and "open" not in calls, f"{name} prints or opens files"
+
+
+def test_no_import_cycles():
+    graph = {name: {m for m in imports_of(path) if m in MODULES and m != name} for name, path in MODULES.items()}
+    # A package importing its own submodules is the usual re-export, not a cycle.
+    for name in graph:
+        graph[name] = {m for m in graph[name] if not m.startswith(name + ".")}
+    state = {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in graph[node]:
+            if state.get(nxt) == "open":
+                raise AssertionError(f"import cycle: {' -> '.join(stack + [nxt])}")
+            if nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for name in graph:
+        if name not in state:
+            visit(name, [name])
+
+
+def test_the_console_script_runs():
+    out = subprocess.run([sys.executable, "-m", "jaxdqn.cli", "info"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert f"jaxdqn {jaxdqn.__version__}" in out.stdout and "backend" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "jaxdqn.cli", "--version"], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == jaxdqn.__version__
