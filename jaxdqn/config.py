@@ -1,0 +1,382 @@
+"""Static configuration: frozen, hashable dataclasses with RLlib's DQN / SimpleQ keys.
+
+Field names and defaults follow RLlib's 1.x (execution-plan era) ``DEFAULT_CONFIG`` of DQN and
+SimpleQ wherever RLlib has the key; ours are ``env``, ``env_params``, ``total_timesteps``,
+``seed``, ``num_devices`` and ``td_error_loss_fn``. Everything is validated in ``__post_init__``:
+a bad value raises ``ValueError`` naming the key and the allowed range, before anything compiles.
+``DQNConfig.from_rllib(d)`` maps an RLlib config dict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from typing import Any, Mapping
+
+ACTIVATIONS = ("tanh", "relu", "elu", "swish", "silu", "gelu", "linear")
+EXPLORATION_TYPES = ("EpsilonGreedy",)
+LOSS_FNS = ("huber", "mse")
+
+
+def _fail(key: str, value: Any, allowed: str) -> None:
+    raise ValueError(f"{key}={value!r} is invalid: {allowed}")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _int(key: str, value: Any, low: int, high: float = math.inf) -> None:
+    if not _is_int(value) or not low <= value <= high:
+        bound = f"[{low}, {high}]" if high != math.inf else f">= {low}"
+        _fail(key, value, f"must be an int {bound}")
+
+
+def _number(key: str, value: Any, low: float, high: float = math.inf, *, open_low: bool = False) -> None:
+    ok = _is_number(value) and (value > low if open_low else value >= low) and value <= high
+    if not ok:
+        low_s = f"> {low}" if open_low else f">= {low}"
+        high_s = f" and <= {high}" if high != math.inf else ""
+        _fail(key, value, f"must be a number {low_s}{high_s}")
+
+
+def _ints(key: str, value: Any) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        _fail(key, value, "must be a list of positive ints")
+    out = tuple(value)
+    if not all(_is_int(v) and v > 0 for v in out):
+        _fail(key, value, "must be a list of positive ints")
+    return out
+
+
+def _schedule(key: str, value: Any) -> tuple[tuple[int, float], ...] | None:
+    """RLlib's ``[[timestep, value], ...]``, timesteps non-decreasing and >= 0."""
+    if value is None:
+        return None
+    try:
+        points = tuple((int(t), float(v)) for t, v in value)
+    except (TypeError, ValueError):
+        _fail(key, value, "must be a list of [timestep, value] pairs")
+    if not points or any(t < 0 for t, _ in points) or any(
+        b[0] < a[0] for a, b in zip(points, points[1:])
+    ):
+        _fail(key, value, "must be a non-empty list of [timestep, value] pairs, timesteps >= 0 and non-decreasing")
+    if any(not math.isfinite(v) or v < 0 for _, v in points):
+        _fail(key, value, "values must be finite and >= 0")
+    return points
+
+
+def _set(obj: Any, name: str, value: Any) -> None:
+    object.__setattr__(obj, name, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExplorationConfig:
+    """RLlib's ``exploration_config``: epsilon-greedy, linear from ``initial`` to ``final``."""
+
+    type: str = "EpsilonGreedy"
+    initial_epsilon: float = 1.0
+    final_epsilon: float = 0.02
+    epsilon_timesteps: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.type not in EXPLORATION_TYPES:
+            _fail("exploration_config.type", self.type,
+                  f"supported: {list(EXPLORATION_TYPES)} (noisy nets explore with noisy=True)")
+        _number("exploration_config.initial_epsilon", self.initial_epsilon, 0.0, 1.0)
+        _number("exploration_config.final_epsilon", self.final_epsilon, 0.0, 1.0)
+        _int("exploration_config.epsilon_timesteps", self.epsilon_timesteps, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """RLlib's ``model`` dict: the fully connected torso, a conv torso, an optional LSTM."""
+
+    fcnet_hiddens: tuple[int, ...] = (256, 256)
+    fcnet_activation: str = "tanh"
+    # RLlib's [[out_channels, kernel, stride], ...]; None picks one from the observation shape.
+    conv_filters: tuple[tuple[int, int, int], ...] | None = None
+    conv_activation: str = "relu"
+    use_lstm: bool = False
+    lstm_cell_size: int = 256
+    max_seq_len: int = 20
+
+    def __post_init__(self) -> None:
+        _set(self, "fcnet_hiddens", _ints("model.fcnet_hiddens", self.fcnet_hiddens))
+        for key in ("fcnet_activation", "conv_activation"):
+            if getattr(self, key) not in ACTIVATIONS:
+                _fail(f"model.{key}", getattr(self, key), f"supported: {list(ACTIVATIONS)}")
+        if self.conv_filters is not None:
+            filters = []
+            for f in self.conv_filters:
+                try:
+                    out, kernel, stride = f
+                    kernel = kernel[0] if isinstance(kernel, (list, tuple)) else kernel
+                    filters.append((int(out), int(kernel), int(stride)))
+                except (TypeError, ValueError):
+                    _fail("model.conv_filters", self.conv_filters, "must be [[out_channels, kernel, stride], ...]")
+            if not filters or any(min(f) < 1 for f in filters):
+                _fail("model.conv_filters", self.conv_filters, "must be a non-empty list of positive triples")
+            _set(self, "conv_filters", tuple(filters))
+        if not isinstance(self.use_lstm, bool):
+            _fail("model.use_lstm", self.use_lstm, "must be a bool")
+        _int("model.lstm_cell_size", self.lstm_cell_size, 1)
+        _int("model.max_seq_len", self.max_seq_len, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class DQNConfig:
+    """DQN (Rainbow-capable) configuration; the defaults are RLlib 1.x's DQN defaults."""
+
+    # --- our keys ---
+    env: str = "CartPole-v1"
+    env_params: tuple[tuple[str, Any], ...] = ()  # a mapping is accepted and stored sorted
+    total_timesteps: int = 100_000
+    seed: int = 0
+    num_devices: int = 1
+    td_error_loss_fn: str = "huber"
+    # --- RLlib's common keys ---
+    gamma: float = 0.99
+    lr: float = 5e-4
+    lr_schedule: tuple[tuple[int, float], ...] | None = None
+    train_batch_size: int = 32
+    rollout_fragment_length: int = 4
+    num_workers: int = 0
+    num_envs_per_worker: int = 1
+    timesteps_per_iteration: int = 1000
+    evaluation_num_episodes: int = 10
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    exploration_config: ExplorationConfig = dataclasses.field(default_factory=ExplorationConfig)
+    # --- SimpleQ / DQN keys ---
+    adam_epsilon: float = 1e-8
+    grad_clip: float | None = 40.0
+    buffer_size: int = 50_000
+    learning_starts: int = 1000
+    target_network_update_freq: int = 500
+    tau: float = 1.0
+    prioritized_replay: bool = True
+    prioritized_replay_alpha: float = 0.6
+    prioritized_replay_beta: float = 0.4
+    final_prioritized_replay_beta: float = 0.4
+    prioritized_replay_beta_annealing_timesteps: int = 20_000
+    prioritized_replay_eps: float = 1e-6
+    n_step: int = 1
+    double_q: bool = True
+    dueling: bool = True
+    hiddens: tuple[int, ...] = (256,)
+    num_atoms: int = 1
+    v_min: float = -10.0
+    v_max: float = 10.0
+    noisy: bool = False
+    sigma0: float = 0.5
+    training_intensity: float | None = None
+    replay_sequence_length: int = 1
+    burn_in: int = 0
+    zero_init_states: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.env, str) or not self.env:
+            _fail("env", self.env, "must be a gymnax environment name such as 'CartPole-v1'")
+        params = self.env_params
+        if isinstance(params, Mapping):
+            params = tuple(sorted(params.items()))
+        try:
+            params = tuple((str(k), v) for k, v in params)
+        except (TypeError, ValueError):
+            _fail("env_params", self.env_params, "must be a mapping of gymnax EnvParams fields")
+        _set(self, "env_params", params)
+        _int("total_timesteps", self.total_timesteps, 1)
+        _int("seed", self.seed, 0)
+        _int("num_devices", self.num_devices, 1)
+        if self.td_error_loss_fn not in LOSS_FNS:
+            _fail("td_error_loss_fn", self.td_error_loss_fn, f"supported: {list(LOSS_FNS)}")
+        _number("gamma", self.gamma, 0.0, 1.0)
+        _number("lr", self.lr, 0.0, open_low=True)
+        _set(self, "lr_schedule", _schedule("lr_schedule", self.lr_schedule))
+        _int("train_batch_size", self.train_batch_size, 1)
+        _int("rollout_fragment_length", self.rollout_fragment_length, 1)
+        _int("num_workers", self.num_workers, 0)
+        _int("num_envs_per_worker", self.num_envs_per_worker, 1)
+        _int("timesteps_per_iteration", self.timesteps_per_iteration, 1)
+        _int("evaluation_num_episodes", self.evaluation_num_episodes, 1)
+        if not isinstance(self.model, ModelConfig):
+            _set(self, "model", ModelConfig(**dict(self.model)))
+        if not isinstance(self.exploration_config, ExplorationConfig):
+            _set(self, "exploration_config", ExplorationConfig(**dict(self.exploration_config)))
+        _number("adam_epsilon", self.adam_epsilon, 0.0, open_low=True)
+        if self.grad_clip is not None:
+            _number("grad_clip", self.grad_clip, 0.0, open_low=True)
+        _int("buffer_size", self.buffer_size, 1, 2**30 - 1)
+        if self.train_batch_size > self.buffer_size:
+            _fail("train_batch_size", self.train_batch_size, f"must be <= buffer_size={self.buffer_size}")
+        _int("learning_starts", self.learning_starts, 0)
+        _int("target_network_update_freq", self.target_network_update_freq, 0)
+        _number("tau", self.tau, 0.0, 1.0, open_low=True)
+        for key in ("prioritized_replay", "double_q", "dueling", "noisy", "zero_init_states"):
+            if not isinstance(getattr(self, key), bool):
+                _fail(key, getattr(self, key), "must be a bool")
+        _number("prioritized_replay_alpha", self.prioritized_replay_alpha, 0.0)
+        _number("prioritized_replay_beta", self.prioritized_replay_beta, 0.0)
+        _number("final_prioritized_replay_beta", self.final_prioritized_replay_beta, 0.0)
+        _int("prioritized_replay_beta_annealing_timesteps", self.prioritized_replay_beta_annealing_timesteps, 0)
+        _number("prioritized_replay_eps", self.prioritized_replay_eps, 0.0, open_low=True)
+        _int("n_step", self.n_step, 1)
+        _set(self, "hiddens", _ints("hiddens", self.hiddens))
+        _int("num_atoms", self.num_atoms, 1)
+        _number("v_min", self.v_min, -math.inf)
+        _number("v_max", self.v_max, -math.inf)
+        if self.num_atoms > 1 and not self.v_min < self.v_max:
+            _fail("v_min", self.v_min, f"must be < v_max={self.v_max} when num_atoms > 1")
+        _number("sigma0", self.sigma0, 0.0, open_low=True)
+        if self.training_intensity is not None:
+            _number("training_intensity", self.training_intensity, 0.0, open_low=True)
+        _int("replay_sequence_length", self.replay_sequence_length, 1)
+        _int("burn_in", self.burn_in, 0, self.replay_sequence_length - 1)
+        if self.replay_sequence_length > 1 and not self.model.use_lstm:
+            _fail("replay_sequence_length", self.replay_sequence_length,
+                  "must be 1 unless model.use_lstm=True (sequences are for recurrent Q-networks)")
+        if self.model.use_lstm and self.num_atoms > 1:
+            _fail("num_atoms", self.num_atoms, "must be 1 with model.use_lstm=True (recurrent C51 is not supported)")
+
+    @property
+    def num_envs(self) -> int:
+        """Environments stepped in parallel: RLlib's workers multiply the per-worker envs."""
+        return self.num_envs_per_worker * max(1, self.num_workers)
+
+    def replace(self, **changes: Any) -> "DQNConfig":
+        """A copy with ``changes`` applied (and validated)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_rllib(cls, config: Mapping[str, Any]) -> "DQNConfig":
+        """Map an RLlib DQN / SimpleQ config dict (nested ``model``, ``exploration_config``, ...).
+
+        Keys that only steer RLlib's machinery (``framework``, ``num_gpus``, ...) are ignored on
+        purpose; an unknown or unsupported key raises a ``ValueError`` naming it.
+        """
+        return cls(**_map_rllib(cls, config))
+
+
+@dataclasses.dataclass(frozen=True)
+class SimpleQConfig(DQNConfig):
+    """SimpleQ: DQN without double Q, dueling, n-step, prioritized replay, C51 or noisy nets."""
+
+    prioritized_replay: bool = False
+    double_q: bool = False
+    dueling: bool = False
+    hiddens: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        off = {"double_q": False, "dueling": False, "prioritized_replay": False, "noisy": False,
+               "n_step": 1, "num_atoms": 1}
+        for key, value in off.items():
+            if getattr(self, key) != value:
+                _fail(key, getattr(self, key), f"SimpleQ requires {key}={value!r}; use DQNConfig for it")
+
+
+# Keys RLlib users have that steer only RLlib's own machinery: accepted and ignored.
+IGNORED_KEYS = frozenset({
+    "framework", "eager_tracing", "eager_max_retraces", "num_gpus", "num_cpus_per_worker",
+    "num_gpus_per_worker", "num_cpus_for_driver", "custom_resources_per_worker", "log_level",
+    "simple_optimizer", "min_iter_time_s", "min_time_s_per_reporting", "min_sample_timesteps_per_reporting",
+    "compress_observations", "callbacks", "ignore_worker_failures", "recreate_failed_workers",
+    "monitor", "record_env", "render_env", "logger_config", "_fake_gpus", "_disable_execution_plan_api",
+    "tf_session_args", "local_tf_session_args", "store_buffer_in_checkpoints", "batch_mode",
+    "evaluation_interval", "evaluation_parallel_to_training", "evaluation_num_workers",
+    "metrics_smoothing_episodes", "metrics_num_episodes_for_smoothing", "collect_metrics_timeout",
+    "sample_async", "observation_filter", "synchronize_filters", "create_env_on_driver",
+    "remote_worker_envs", "remote_env_batch_wait_ms", "worker_side_prioritization",
+    "timesteps_per_iteration_warmup", "no_done_at_end", "soft_horizon", "preprocessor_pref",
+    "normalize_actions", "clip_actions", "clip_rewards", "explore", "before_learn_on_batch",
+})
+IGNORED_MODEL_KEYS = frozenset({"vf_share_layers", "free_log_std", "no_final_linear", "dim",
+                                "grayscale", "zero_mean", "framestack", "_time_major",
+                                "lstm_use_prev_action", "lstm_use_prev_reward", "custom_model",
+                                "custom_model_config", "custom_action_dist", "custom_preprocessor"})
+
+
+def _unknown(key: str, known: set[str]) -> None:
+    close = difflib.get_close_matches(key, sorted(known), n=3)
+    hint = f" Did you mean {close}?" if close else ""
+    raise ValueError(f"unknown or unsupported RLlib config key {key!r}.{hint} Remove it, or see "
+                     f"jaxdqn.DQNConfig for the supported keys.")
+
+
+def _map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
+    fields = {f.name for f in dataclasses.fields(cls)}
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if key in IGNORED_KEYS:
+            continue
+        if key == "model":
+            model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
+            model = {}
+            for k, v in dict(value).items():
+                if k in IGNORED_MODEL_KEYS:
+                    continue
+                if k not in model_fields:
+                    _unknown(f"model.{k}", {f"model.{f}" for f in model_fields})
+                model[k] = v
+            if dict(value).get("custom_model"):
+                raise ValueError("model.custom_model is not supported: jaxdqn builds its own flax "
+                                 "Q-network; remove custom_model and set fcnet_hiddens/conv_filters")
+            out["model"] = ModelConfig(**model)
+        elif key == "exploration_config":
+            expl_fields = {f.name for f in dataclasses.fields(ExplorationConfig)}
+            expl = {}
+            for k, v in dict(value).items():
+                if k not in expl_fields:
+                    _unknown(f"exploration_config.{k}", {f"exploration_config.{f}" for f in expl_fields})
+                expl[k] = v
+            out["exploration_config"] = ExplorationConfig(**expl)
+        elif key == "multiagent":
+            policies = dict(value).get("policies") or {}
+            if policies:
+                raise ValueError("multiagent.policies is not supported yet: jaxdqn trains a single "
+                                 "policy; remove the multiagent section")
+        elif key == "evaluation_config":
+            if dict(value).get("explore", False):
+                raise ValueError("evaluation_config.explore=True is not supported: evaluation is greedy")
+            extra = set(dict(value)) - {"explore"}
+            if extra:
+                _unknown(f"evaluation_config.{sorted(extra)[0]}", {"evaluation_config.explore"})
+        elif key == "replay_buffer_config":
+            buffer = dict(value)
+            kind = buffer.pop("type", None)
+            if kind is not None:
+                kinds = {"MultiAgentReplayBuffer": False, "ReplayBuffer": False,
+                         "MultiAgentPrioritizedReplayBuffer": True, "PrioritizedReplayBuffer": True}
+                if kind not in kinds:
+                    _fail("replay_buffer_config.type", kind, f"supported: {sorted(kinds)}")
+                out["prioritized_replay"] = kinds[kind]
+            for k, v in buffer.items():
+                target = {"capacity": "buffer_size", "replay_batch_size": None, "_enable_replay_buffer_api": None,
+                          "learning_starts": "learning_starts", "replay_sequence_length": "replay_sequence_length",
+                          "replay_burn_in": "burn_in", "replay_zero_init_states": "zero_init_states"}.get(k, k)
+                if target is None:
+                    continue
+                if target not in fields:
+                    _unknown(f"replay_buffer_config.{k}", {f"replay_buffer_config.{f}" for f in fields})
+                out[target] = v
+        elif key == "env":
+            out["env"] = value
+        elif key == "env_config":
+            out["env_params"] = dict(value or {})
+        elif key in ("buffer_size",) and isinstance(value, (int, float)) and value < 0:
+            continue  # RLlib's DEPRECATED_VALUE sentinel
+        elif key in ("prioritized_replay",) and value is not True and value is not False:
+            continue  # DEPRECATED_VALUE
+        elif key in fields:
+            if key in ("hiddens", "lr_schedule") and value is not None:
+                value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+            out[key] = value
+        else:
+            _unknown(key, fields | set(IGNORED_KEYS) | {"model", "exploration_config", "multiagent",
+                                                        "replay_buffer_config", "env_config"})
+    return out
