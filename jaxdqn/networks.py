@@ -1,0 +1,199 @@
+"""Q-networks (flax linen): one module composed by flags, not a copy per variant.
+
+torso (MLP, or conv + MLP for image observations) -> optional LSTM core -> head, where the head
+is plain or dueling (``V + A - mean(A)``), scalar or distributional (C51 logits over
+``num_atoms`` on ``[v_min, v_max]``), with dense or noisy (factorised Gaussian) layers.
+Shapes: observations ``[B, *obs]`` (or ``[B, T, *obs]`` with the LSTM), Q-values ``[B, A]``,
+logits ``[B, A, N]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxdqn.config import DQNConfig
+
+Array = jax.Array
+
+ACTIVATION_FNS = {
+    "tanh": jnp.tanh,
+    "relu": nn.relu,
+    "elu": nn.elu,
+    "swish": nn.swish,
+    "silu": nn.silu,
+    "gelu": nn.gelu,
+    "linear": lambda x: x,
+}
+
+
+class QOutput(NamedTuple):
+    q: Array  # [..., A]
+    logits: Array | None  # [..., A, N] for C51, else None
+
+
+def default_conv_filters(obs_shape: Sequence[int]) -> tuple[tuple[int, int, int], ...]:
+    """RLlib-style defaults: Atari 84x84 (Nature DQN), MinAtar 10x10, else one 3x3 layer."""
+    height = obs_shape[0]
+    if height >= 84:
+        return ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+    if height >= 42:
+        return ((16, 4, 2), (32, 4, 2), (256, 11, 1))
+    return ((16, 3, 1),)
+
+
+class NoisyDense(nn.Module):
+    """Factorised-Gaussian noisy linear layer (Fortunato et al. 2018).
+
+    ``w = mu_w + sigma_w * f(eps_out) f(eps_in)^T`` with ``f(x) = sign(x) sqrt|x|``, fresh noise
+    from the ``"noise"`` RNG stream on every call unless ``deterministic``.
+    """
+
+    features: int
+    sigma0: float = 0.5
+
+    @nn.compact
+    def __call__(self, x: Array, deterministic: bool = False) -> Array:
+        fan_in = x.shape[-1]
+        bound = 1.0 / jnp.sqrt(fan_in)
+        uniform = lambda key, shape: jax.random.uniform(key, shape, minval=-bound, maxval=bound)  # noqa: E731
+        mu_w = self.param("mu_kernel", uniform, (fan_in, self.features))
+        mu_b = self.param("mu_bias", uniform, (self.features,))
+        sigma = self.sigma0 / jnp.sqrt(fan_in)
+        sigma_w = self.param("sigma_kernel", nn.initializers.constant(sigma), (fan_in, self.features))
+        sigma_b = self.param("sigma_bias", nn.initializers.constant(sigma), (self.features,))
+        if deterministic:
+            return x @ mu_w + mu_b
+        key_in, key_out = jax.random.split(self.make_rng("noise"))
+        scale = lambda e: jnp.sign(e) * jnp.sqrt(jnp.abs(e))  # noqa: E731
+        eps_in = scale(jax.random.normal(key_in, (fan_in,)))
+        eps_out = scale(jax.random.normal(key_out, (self.features,)))
+        w = mu_w + sigma_w * jnp.outer(eps_in, eps_out)
+        return x @ w + mu_b + sigma_b * eps_out
+
+
+class QNetwork(nn.Module):
+    """The Q-network of a ``DQNConfig``; see the module docstring."""
+
+    num_actions: int
+    fcnet_hiddens: tuple[int, ...] = (256, 256)
+    fcnet_activation: str = "tanh"
+    conv_filters: tuple[tuple[int, int, int], ...] | None = None
+    conv_activation: str = "relu"
+    hiddens: tuple[int, ...] = (256,)
+    dueling: bool = True
+    num_atoms: int = 1
+    v_min: float = -10.0
+    v_max: float = 10.0
+    noisy: bool = False
+    sigma0: float = 0.5
+    use_lstm: bool = False
+    lstm_cell_size: int = 256
+
+    def dense(self, features: int, name: str) -> Any:
+        if self.noisy:
+            return NoisyDense(features, self.sigma0, name=name)
+        return nn.Dense(features, name=name)
+
+    def apply_dense(self, layer: Any, x: Array, deterministic: bool) -> Array:
+        return layer(x, deterministic) if self.noisy else layer(x)
+
+    @property
+    def support(self) -> Array:
+        """The C51 atoms ``[N]``."""
+        return jnp.linspace(self.v_min, self.v_max, self.num_atoms)
+
+    def torso(self, obs: Array) -> Array:
+        """Features ``[*lead, F]`` of observations ``[*lead, *obs]`` (lead: B, or B, T)."""
+        lead = 2 if self.use_lstm else 1
+        x = obs.astype(jnp.float32)
+        if x.ndim - lead == 3:  # [*lead, H, W, C] images
+            filters = self.conv_filters or default_conv_filters(x.shape[-3:])
+            act = ACTIVATION_FNS[self.conv_activation]
+            for i, (out, kernel, stride) in enumerate(filters):
+                x = act(nn.Conv(out, (kernel, kernel), (stride, stride), name=f"conv_{i}")(x))
+        x = x.reshape(x.shape[:lead] + (-1,))
+        act = ACTIVATION_FNS[self.fcnet_activation]
+        for i, width in enumerate(self.fcnet_hiddens):
+            x = act(nn.Dense(width, name=f"fc_{i}")(x))
+        return x
+
+    def head(self, x: Array, deterministic: bool) -> QOutput:
+        atoms = self.num_atoms
+
+        def branch(x: Array, out: int, name: str) -> Array:
+            for i, width in enumerate(self.hiddens):
+                x = nn.relu(self.apply_dense(self.dense(width, f"{name}_hidden_{i}"), x, deterministic))
+            return self.apply_dense(self.dense(out, f"{name}_out"), x, deterministic)
+
+        advantages = branch(x, self.num_actions * atoms, "advantage").reshape(
+            x.shape[:-1] + (self.num_actions, atoms)
+        )
+        if self.dueling:
+            value = branch(x, atoms, "value").reshape(x.shape[:-1] + (1, atoms))
+            advantages = value + advantages - jnp.mean(advantages, axis=-2, keepdims=True)
+        if atoms == 1:
+            return QOutput(q=advantages[..., 0], logits=None)
+        probs = jax.nn.softmax(advantages, axis=-1)
+        return QOutput(q=jnp.sum(probs * self.support, axis=-1), logits=advantages)
+
+    def initial_state(self, batch_size: int) -> tuple[Array, Array]:
+        """Zero LSTM state ``(c, h)``, each ``[B, cell]``."""
+        zeros = jnp.zeros((batch_size, self.lstm_cell_size), jnp.float32)
+        return zeros, zeros
+
+    @nn.compact
+    def __call__(
+        self,
+        obs: Array,
+        state: tuple[Array, Array] | None = None,
+        first: Array | None = None,
+        deterministic: bool = False,
+    ) -> QOutput | tuple[QOutput, tuple[Array, Array]]:
+        """Q-values for ``obs`` ``[B, *obs]``; with the LSTM, ``obs`` is ``[B, T, *obs]``,
+        ``state`` the state before step 0 and ``first`` ``[B, T]`` where to reset it; returns
+        ``(QOutput [B, T, ...], final state)``."""
+        if not self.use_lstm:
+            return self.head(self.torso(obs), deterministic)
+        features = self.torso(obs)  # [B, T, F]
+        batch, steps = features.shape[:2]
+        if state is None:
+            state = self.initial_state(batch)
+        if first is None:
+            first = jnp.zeros((batch, steps), bool)
+        cell = nn.OptimizedLSTMCell(self.lstm_cell_size, name="lstm")
+
+        def step(cell, carry, inputs):
+            x, reset = inputs
+            carry = jax.tree_util.tree_map(lambda s: jnp.where(reset[:, None], 0.0, s), carry)
+            carry, y = cell(carry, x)
+            return carry, y
+
+        scan = nn.scan(step, variable_broadcast="params", split_rngs={"params": False},
+                       in_axes=1, out_axes=1)
+        state, outputs = scan(cell, state, (features, first))
+        return self.head(outputs, deterministic), state
+
+
+def make_network(config: DQNConfig, num_actions: int) -> QNetwork:
+    """The ``QNetwork`` a config describes."""
+    model = config.model
+    return QNetwork(
+        num_actions=num_actions,
+        fcnet_hiddens=model.fcnet_hiddens,
+        fcnet_activation=model.fcnet_activation,
+        conv_filters=model.conv_filters,
+        conv_activation=model.conv_activation,
+        hiddens=config.hiddens,
+        dueling=config.dueling,
+        num_atoms=config.num_atoms,
+        v_min=config.v_min,
+        v_max=config.v_max,
+        noisy=config.noisy,
+        sigma0=config.sigma0,
+        use_lstm=model.use_lstm,
+        lstm_cell_size=model.lstm_cell_size,
+    )
