@@ -15,10 +15,11 @@ Array = jax.Array
 
 
 class Transition(NamedTuple):
-    """One environment step as stored for replay.
+    """One (n-step) transition as stored for replay.
 
-    ``discount`` is 0 when the episode terminated, 1 when it was truncated or still runs, so a
-    target is ``reward + gamma * discount * max_a Q(next_obs, a)``.
+    ``discount`` is the whole bootstrap factor: ``gamma ** k`` for the ``k`` steps the
+    transition spans, 0 when the episode terminated within them (truncation still bootstraps),
+    so a target is ``reward + discount * max_a Q(next_obs, a)``.
     """
 
     obs: Array  # [...obs]

@@ -1,0 +1,44 @@
+"""Schedules over sampled env steps and action selection (epsilon-greedy, greedy)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from jaxdqn.config import ExplorationConfig
+
+Array = jax.Array
+
+
+def piecewise_linear(points: Sequence[tuple[int, float]], t: Array) -> Array:
+    """RLlib's ``PiecewiseSchedule``: linear between ``(timestep, value)`` points, the end
+    values outside them. ``points`` is static; ``t`` may be traced."""
+    t = jnp.asarray(t, jnp.float32)
+    if len({p[0] for p in points}) == 1:  # one instant: the last value from then on
+        return jnp.where(t < points[0][0], points[0][1], points[-1][1]).astype(jnp.float32)
+    times = jnp.asarray([p[0] for p in points], jnp.float32)
+    values = jnp.asarray([p[1] for p in points], jnp.float32)
+    return jnp.interp(t, times, values)
+
+
+def epsilon(config: ExplorationConfig, t: Array) -> Array:
+    """Epsilon after ``t`` sampled steps: linear from initial to final over epsilon_timesteps."""
+    return piecewise_linear(
+        [(0, config.initial_epsilon), (config.epsilon_timesteps, config.final_epsilon)], t
+    )
+
+
+def epsilon_greedy(key: Array, q: Array, eps: Array) -> Array:
+    """Actions ``[B]`` int32 from ``q`` ``[B, A]``: uniform with probability ``eps``, else greedy."""
+    explore_key, action_key = jax.random.split(key)
+    batch, num_actions = q.shape
+    random_actions = jax.random.randint(action_key, (batch,), 0, num_actions, dtype=jnp.int32)
+    explore = jax.random.uniform(explore_key, (batch,)) < eps
+    return jnp.where(explore, random_actions, greedy(q))
+
+
+def greedy(q: Array) -> Array:
+    """``argmax_a q`` ``[B]`` int32."""
+    return jnp.argmax(q, axis=-1).astype(jnp.int32)

@@ -1,0 +1,179 @@
+"""The learner: one SGD step of DQN / SimpleQ on a replayed batch, and the target sync.
+
+``make_train_step(config, network, optimizer, axis_name=None)`` returns a pure
+``train_step(state, sample, *, env_steps, key) -> (state, LearnInfo)``. ``env_steps`` (sampled so
+far) drives RLlib's ``lr_schedule``; ``key`` feeds noisy layers. With ``axis_name`` (inside
+``pmap``) gradients and statistics are averaged across devices with ``lax.pmean``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import lax
+
+from jaxdqn import exploration, losses
+from jaxdqn.config import DQNConfig
+from jaxdqn.networks import QNetwork
+from jaxdqn.types import Sample, Transition
+
+Array = jax.Array
+
+
+class LearnerState(NamedTuple):
+    params: Any
+    target_params: Any
+    opt_state: Any
+    num_updates: Array  # [] int32, SGD steps taken
+    last_target_update: Array  # [] int32, sampled env steps at the last target sync
+
+
+class LearnInfo(NamedTuple):
+    """RLlib's learner stats (``info/learner/default_policy``), plus per-item TD errors."""
+
+    loss: Array
+    mean_q: Array
+    min_q: Array
+    max_q: Array
+    mean_td_error: Array
+    cur_lr: Array
+    grad_gnorm: Array
+    td_error: Array  # [B], for the priority update
+
+
+def learning_rate(config: DQNConfig, env_steps: Array) -> Array:
+    """``lr``, or RLlib's piecewise-linear ``lr_schedule`` over sampled env steps."""
+    if config.lr_schedule is None:
+        return jnp.asarray(config.lr, jnp.float32)
+    return exploration.piecewise_linear(config.lr_schedule, env_steps)
+
+
+def make_optimizer(config: DQNConfig) -> optax.GradientTransformation:
+    """Adam with ``adam_epsilon`` after global-norm clipping at ``grad_clip``; the learning rate
+    is a hyper-parameter set on every step from the schedule."""
+    adam = optax.inject_hyperparams(optax.adam)(learning_rate=config.lr, eps=config.adam_epsilon)
+    if config.grad_clip is None:
+        return adam
+    return optax.chain(optax.clip_by_global_norm(config.grad_clip), adam)
+
+
+def set_learning_rate(opt_state: Any, lr: Array) -> Any:
+    """The optimizer state with the injected learning rate replaced by ``lr``."""
+
+    def injected(state: Any) -> bool:  # optax's Inject*HyperparamsState (names vary by version)
+        return isinstance(getattr(state, "hyperparams", None), dict) and "learning_rate" in state.hyperparams
+
+    def visit(state: Any) -> Any:
+        if injected(state):
+            return state._replace(hyperparams={**state.hyperparams, "learning_rate": jnp.asarray(lr, jnp.float32)})
+        return state
+
+    return jax.tree_util.tree_map(visit, opt_state, is_leaf=injected)
+
+
+def init(network: QNetwork, optimizer: optax.GradientTransformation, key: Array, example_obs: Array) -> LearnerState:
+    """Fresh learner state; ``example_obs`` is ``[B, *obs]`` (or ``[B, T, *obs]`` with an LSTM)."""
+    params_key, noise_key = jax.random.split(key)
+    params = network.init({"params": params_key, "noise": noise_key}, example_obs)
+    return LearnerState(
+        params=params,
+        target_params=jax.tree_util.tree_map(jnp.copy, params),
+        opt_state=optimizer.init(params),
+        num_updates=jnp.zeros((), jnp.int32),
+        last_target_update=jnp.zeros((), jnp.int32),
+    )
+
+
+def make_loss(config: DQNConfig, network: QNetwork) -> Callable:
+    """``loss(params, target_params, items: Transition, weights, key) -> (loss, (td, q_selected))``."""
+    td_loss = losses.huber if config.td_error_loss_fn == "huber" else losses.mse
+
+    def apply(params, obs, key):
+        return network.apply(params, obs, rngs={"noise": key})
+
+    def loss_fn(params, target_params, items: Transition, weights: Array, key: Array):
+        online_key, target_key, selector_key = jax.random.split(key, 3)
+        out_tm1 = apply(params, items.obs, online_key)
+        out_t = apply(target_params, items.next_obs, target_key)
+        selector = apply(lax.stop_gradient(params), items.next_obs, selector_key) if config.double_q else out_t
+        q_selected = jnp.take_along_axis(out_tm1.q, items.action[:, None], axis=-1)[:, 0]
+        if config.num_atoms == 1:
+            if config.double_q:
+                td = jax.vmap(losses.double_q_learning_td)(
+                    out_tm1.q, items.action, items.reward, items.discount, out_t.q, selector.q
+                )
+            else:
+                td = jax.vmap(losses.q_learning_td)(out_tm1.q, items.action, items.reward, items.discount, out_t.q)
+            per_item = td_loss(td)
+        else:
+            a_t = exploration.greedy(selector.q)
+            td = jax.vmap(losses.categorical_td, in_axes=(0, 0, 0, 0, 0, 0, None))(
+                out_tm1.logits, items.action, items.reward, items.discount,
+                jax.nn.softmax(out_t.logits, axis=-1), a_t, network.support,
+            )
+            per_item = td
+        return losses.weighted_mean(per_item, weights), (td, q_selected)
+
+    return loss_fn
+
+
+def make_train_step(
+    config: DQNConfig,
+    network: QNetwork,
+    optimizer: optax.GradientTransformation,
+    axis_name: str | None = None,
+) -> Callable[..., tuple[LearnerState, LearnInfo]]:
+    """The pure SGD step on a replayed ``Sample`` of ``Transition`` items."""
+    loss_fn = make_loss(config, network)
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def mean(x):
+        return lax.pmean(x, axis_name) if axis_name is not None else x
+
+    def train_step(state: LearnerState, sample: Sample, *, env_steps: Array, key: Array):
+        (loss, (td, q_selected)), grads = grad_fn(
+            state.params, state.target_params, sample.items, sample.weights, key
+        )
+        grads = mean(grads)
+        lr = learning_rate(config, env_steps)
+        opt_state = set_learning_rate(state.opt_state, lr)
+        updates, opt_state = optimizer.update(grads, opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        info = LearnInfo(
+            loss=mean(loss),
+            mean_q=mean(jnp.mean(q_selected)),
+            min_q=lax.pmin(jnp.min(q_selected), axis_name) if axis_name else jnp.min(q_selected),
+            max_q=lax.pmax(jnp.max(q_selected), axis_name) if axis_name else jnp.max(q_selected),
+            mean_td_error=mean(jnp.mean(td)),
+            cur_lr=lr,
+            grad_gnorm=optax.tree.norm(grads),
+            td_error=td,
+        )
+        return state._replace(params=params, opt_state=opt_state, num_updates=state.num_updates + 1), info
+
+    return train_step
+
+
+def sync_target(
+    state: LearnerState, env_steps: Array, *, target_network_update_freq: int, tau: float = 1.0
+) -> tuple[LearnerState, Array]:
+    """Copy (or Polyak-average with ``tau``) the online params into the target when
+    ``env_steps - last_target_update >= target_network_update_freq``; returns ``(state, synced)``.
+
+    The comparison, not ``env_steps % freq == 0``, fires on time whatever the step size
+    (RLlib's rule; a modulo test with steps of k fires only every lcm(k, freq)).
+    """
+    env_steps = jnp.asarray(env_steps, jnp.int32)
+    due = env_steps - state.last_target_update >= target_network_update_freq
+    if tau == 1.0:  # a hard copy, bit for bit
+        blend = lambda online, old: online  # noqa: E731
+    else:
+        blend = lambda online, old: tau * online + (1.0 - tau) * old  # noqa: E731
+    target = jax.tree_util.tree_map(
+        lambda online, old: jnp.where(due, blend(online, old), old), state.params, state.target_params
+    )
+    last = jnp.where(due, env_steps, state.last_target_update)
+    return state._replace(target_params=target, last_target_update=last), due

@@ -1,0 +1,171 @@
+"""The learner: a probe MDP converges to its analytic Q, pmean equals the big batch, one trace,
+target syncs on time, schedules."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdqn import DQNConfig, ModelConfig, SimpleQConfig, exploration, learner
+from jaxdqn.networks import make_network
+from jaxdqn.types import Sample, Transition
+
+GAMMA = 0.9
+
+
+def probe_batch():
+    """Two states: from s0 any action leads to s1 (rewards 0 / 0.5); from s1 the episode
+    terminates (rewards 1 / -1). Analytic: Q(s1) = (1, -1), Q(s0, a) = r0[a] + gamma * 1."""
+    s0, s1 = jnp.array([1.0, 0.0]), jnp.array([0.0, 1.0])
+    obs = jnp.stack([s0, s0, s1, s1])
+    return Transition(
+        obs=obs,
+        action=jnp.array([0, 1, 0, 1], jnp.int32),
+        reward=jnp.array([0.0, 0.5, 1.0, -1.0]),
+        discount=jnp.array([GAMMA, GAMMA, 0.0, 0.0]),
+        next_obs=jnp.stack([s1, s1, s1, s1]),
+    )
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        SimpleQConfig(lr=1e-2, model=ModelConfig(fcnet_hiddens=(32,)), train_batch_size=4),
+        DQNConfig(lr=1e-2, model=ModelConfig(fcnet_hiddens=(32,)), hiddens=(32,), train_batch_size=4,
+                  td_error_loss_fn="mse"),
+        DQNConfig(lr=1e-2, model=ModelConfig(fcnet_hiddens=(32,)), hiddens=(32,), train_batch_size=4,
+                  num_atoms=41, v_min=-2.0, v_max=2.0, dueling=False),
+    ],
+    ids=["simple_q", "double_dueling", "c51"],
+)
+def test_probe_mdp_converges_to_the_analytic_q(config):
+    net = make_network(config, 2)
+    opt = learner.make_optimizer(config)
+    batch = probe_batch()
+    state = learner.init(net, opt, jax.random.key(0), batch.obs)
+    step = learner.make_train_step(config, net, opt)
+    sample = Sample(items=batch, indices=jnp.arange(4), weights=jnp.ones(4))
+
+    @jax.jit
+    def run(state, key):
+        def body(state, i):
+            state, info = step(state, sample, env_steps=i, key=jax.random.fold_in(key, i))
+            state, _ = learner.sync_target(state, i, target_network_update_freq=20)
+            return state, info.loss
+        return jax.lax.scan(body, state, jnp.arange(1500))
+
+    state, losses_ = run(state, jax.random.key(1))
+    q = net.apply(state.params, jnp.eye(2)).q
+    np.testing.assert_allclose(q, [[0.0 + GAMMA, 0.5 + GAMMA], [1.0, -1.0]], atol=0.05)
+    assert losses_[-100:].mean() < losses_[:100].mean()
+
+
+def test_gradients_are_averaged_across_4_devices():
+    assert jax.device_count() == 4, "conftest forces 4 CPU devices"
+    config = DQNConfig(model=ModelConfig(fcnet_hiddens=(16,)), hiddens=(16,), lr=1e-2, grad_clip=None)
+    net = make_network(config, 3)
+    opt = learner.make_optimizer(config)
+    k = jax.random.split(jax.random.key(0), 4)
+    b = 32
+    items = Transition(obs=jax.random.normal(k[0], (b, 5)), action=jax.random.randint(k[1], (b,), 0, 3),
+                       reward=jax.random.normal(k[2], (b,)), discount=jnp.full((b,), 0.9),
+                       next_obs=jax.random.normal(k[3], (b, 5)))
+    sample = Sample(items=items, indices=jnp.arange(b), weights=jnp.linspace(0.5, 1.0, b))
+    state = learner.init(net, opt, jax.random.key(1), items.obs)
+    single = learner.make_train_step(config, net, opt)
+    one, info = jax.jit(lambda s, x: single(s, x, env_steps=0, key=jax.random.key(2)))(state, sample)
+    multi = learner.make_train_step(config, net, opt, axis_name="d")
+    shards = jax.tree_util.tree_map(lambda x: x.reshape((4, b // 4) + x.shape[1:]), sample)
+    replicated = jax.tree_util.tree_map(lambda x: jnp.stack([x] * 4), state)
+    step = jax.pmap(lambda s, x: multi(s, x, env_steps=0, key=jax.random.key(2)), axis_name="d")
+    many, infos = step(replicated, shards)
+    for leaf_one, leaf_many in zip(jax.tree_util.tree_leaves(one.params), jax.tree_util.tree_leaves(many.params)):
+        np.testing.assert_allclose(leaf_many[0], leaf_one, rtol=1e-5, atol=1e-6)
+        for d in range(1, 4):  # replicated params stay bitwise equal
+            np.testing.assert_array_equal(leaf_many[d], leaf_many[0])
+    np.testing.assert_allclose(infos.loss[0], info.loss, rtol=1e-5)
+    np.testing.assert_allclose(infos.max_q[0], info.max_q, rtol=1e-5)
+    np.testing.assert_allclose(np.concatenate(list(infos.td_error)), info.td_error, rtol=1e-5, atol=1e-6)
+
+
+def test_train_step_traces_once():
+    config = DQNConfig(model=ModelConfig(fcnet_hiddens=(8,)), hiddens=(8,))
+    net = make_network(config, 2)
+    opt = learner.make_optimizer(config)
+    batch = probe_batch()
+    state = learner.init(net, opt, jax.random.key(0), batch.obs)
+    step = learner.make_train_step(config, net, opt)
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def jitted(state, sample, env_steps, key):
+        return step(state, sample, env_steps=env_steps, key=key)
+
+    for i in range(3):
+        sample = Sample(items=batch, indices=jnp.arange(4), weights=jnp.full((4,), 1.0 - 0.1 * i))
+        state, info = jitted(state, sample, jnp.int32(i * 4), jax.random.key(i))
+    assert int(state.num_updates) == 3
+
+
+def test_target_syncs_every_freq_sampled_steps_whatever_the_step_size():
+    config = DQNConfig(model=ModelConfig(fcnet_hiddens=(4,)), hiddens=(4,))
+    net = make_network(config, 2)
+    opt = learner.make_optimizer(config)
+    state = learner.init(net, opt, jax.random.key(0), jnp.zeros((1, 2)))
+    synced_at, last = [], 0
+    expected = []
+    for t in range(3, 100, 3):  # steps of 3, period 10: fires at 12, 24, 36, ... (never lcm = 30)
+        state = state._replace(params=jax.tree_util.tree_map(lambda x: x + 1.0, state.params))
+        state, synced = learner.sync_target(state, t, target_network_update_freq=10)
+        if synced:
+            synced_at.append(t)
+            jax.tree_util.tree_map(np.testing.assert_array_equal, state.target_params, state.params)
+        if t - last >= 10:
+            expected.append(t)
+            last = t
+    assert synced_at == expected == [12, 24, 36, 48, 60, 72, 84, 96]
+
+
+def test_polyak_tau():
+    state = learner.LearnerState(params={"w": jnp.ones(3)}, target_params={"w": jnp.zeros(3)}, opt_state=(),
+                                 num_updates=jnp.int32(0), last_target_update=jnp.int32(0))
+    state, synced = learner.sync_target(state, 5, target_network_update_freq=1, tau=0.25)
+    assert bool(synced)
+    np.testing.assert_allclose(state.target_params["w"], 0.25)
+
+
+def test_lr_schedule_and_epsilon_follow_rllib_piecewise_schedules():
+    config = DQNConfig(lr_schedule=[[0, 1e-3], [1000, 1e-4]])
+    for t, want in [(0, 1e-3), (500, 5.5e-4), (1000, 1e-4), (5000, 1e-4)]:
+        assert float(learner.learning_rate(config, t)) == pytest.approx(want, rel=1e-5)
+    expl = config.exploration_config  # 1.0 -> 0.02 over 10k
+    for t, want in [(0, 1.0), (5000, 0.51), (10_000, 0.02), (20_000, 0.02)]:
+        assert float(exploration.epsilon(expl, t)) == pytest.approx(want, rel=1e-5)
+    assert float(exploration.epsilon(type(expl)(epsilon_timesteps=0), 0)) == pytest.approx(0.02)
+
+
+def test_cur_lr_is_reported_and_applied():
+    config = SimpleQConfig(lr_schedule=[[0, 1e-2], [10, 0.0]], model=ModelConfig(fcnet_hiddens=(4,)), grad_clip=None)
+    net = make_network(config, 2)
+    opt = learner.make_optimizer(config)
+    batch = probe_batch()
+    state = learner.init(net, opt, jax.random.key(0), batch.obs)
+    step = learner.make_train_step(config, net, opt)
+    sample = Sample(items=batch, indices=jnp.arange(4), weights=jnp.ones(4))
+    new, info = step(state, sample, env_steps=jnp.int32(10), key=jax.random.key(0))  # lr is 0 there
+    assert float(info.cur_lr) == 0.0
+    jax.tree_util.tree_map(np.testing.assert_array_equal, new.params, state.params)
+    new, info = step(state, sample, env_steps=jnp.int32(5), key=jax.random.key(0))
+    assert float(info.cur_lr) == pytest.approx(5e-3)
+    assert not np.allclose(jax.tree_util.tree_leaves(new.params)[0], jax.tree_util.tree_leaves(state.params)[0])
+
+
+def test_epsilon_greedy():
+    q = jnp.tile(jnp.array([[0.0, 5.0, 1.0]]), (4000, 1))
+    np.testing.assert_array_equal(exploration.epsilon_greedy(jax.random.key(0), q, 0.0), 1)
+    actions = np.asarray(exploration.epsilon_greedy(jax.random.key(1), q, 1.0))
+    counts = np.bincount(actions, minlength=3) / len(actions)
+    np.testing.assert_allclose(counts, 1 / 3, atol=0.03)
+    actions = np.asarray(exploration.epsilon_greedy(jax.random.key(2), q, 0.3))
+    assert abs((actions != 1).mean() - 0.3 * 2 / 3) < 0.03
