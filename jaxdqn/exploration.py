@@ -42,3 +42,11 @@ def epsilon_greedy(key: Array, q: Array, eps: Array) -> Array:
 def greedy(q: Array) -> Array:
     """``argmax_a q`` ``[B]`` int32."""
     return jnp.argmax(q, axis=-1).astype(jnp.int32)
+
+
+def explore(key: Array, q: Array, eps: Array, *, noisy: bool) -> Array:
+    """Behaviour actions ``[B]``: greedy on ``q`` for noisy nets (``q`` was computed with fresh
+    noise, which is their exploration), epsilon-greedy otherwise."""
+    if noisy:
+        return greedy(q)
+    return epsilon_greedy(key, q, eps)

@@ -120,14 +120,70 @@ def make_loss(config: DQNConfig, network: QNetwork) -> Callable:
     return loss_fn
 
 
+def make_sequence_loss(config: DQNConfig, network: QNetwork, *, eta: float = 0.9) -> Callable:
+    """Recurrent Q-learning on ``SequenceItem`` items (R2D2-style), with burn-in.
+
+    ``items.data`` is a ``Transition`` with leaves ``[B, L, ...]``; the online and target
+    networks are unrolled from ``items.init_state`` (zeros when the item has none), resetting
+    where ``items.first``. The first ``burn_in`` steps only warm up the recurrent state: the
+    online state after them is a ``stop_gradient``, and they carry no loss. Padding (``mask``
+    False) carries no loss either. Returns ``(loss, (priority [B], q_selected [B, L]))`` where a
+    sequence's priority is RLlib's / R2D2's mix ``eta * max|td| + (1 - eta) * mean|td|``.
+    """
+    td_loss = losses.huber if config.td_error_loss_fn == "huber" else losses.mse
+    burn_in = config.burn_in
+
+    def unroll(params, obs, state, first, key):
+        return network.apply(params, obs, state, first, rngs={"noise": key})
+
+    def loss_fn(params, target_params, items, weights: Array, key: Array):
+        data = items.data
+        batch = items.mask.shape[0]
+        has_state = bool(jax.tree_util.tree_leaves(items.init_state))
+        state = items.init_state if has_state else network.initial_state(batch)
+        burn_key, online_key, target_key = jax.random.split(key, 3)
+        if burn_in > 0:
+            _, warm = unroll(params, data.obs[:, :burn_in], state, items.first[:, :burn_in], burn_key)
+            warm = lax.stop_gradient(warm)
+            rest, _ = unroll(params, data.obs[:, burn_in:], warm, items.first[:, burn_in:], online_key)
+            with_burn_in = lambda x: jnp.concatenate([jnp.zeros_like(x[:, :burn_in]), x], axis=1)  # noqa: E731
+            q_tm1 = with_burn_in(rest.q)
+        else:
+            q_tm1 = unroll(params, data.obs, state, items.first, online_key)[0].q
+        # The bootstrap Q-values come from unrolling over next_obs from the same start (its
+        # resets shifted by one step: next_obs[t] starts an episode where first[t + 1]).
+        next_first = jnp.concatenate([items.first[:, 1:], jnp.zeros_like(items.first[:, :1])], axis=1)
+        q_t = unroll(target_params, data.next_obs, state, next_first, target_key)[0].q
+        if config.double_q:
+            selector = unroll(lax.stop_gradient(params), data.next_obs, state, next_first, target_key)[0].q
+            td = jax.vmap(jax.vmap(losses.double_q_learning_td))(
+                q_tm1, data.action, data.reward, data.discount, q_t, selector
+            )
+        else:
+            td = jax.vmap(jax.vmap(losses.q_learning_td))(q_tm1, data.action, data.reward, data.discount, q_t)
+        per_sequence = losses.masked_sequence_mean(td_loss(td), items.mask, burn_in=burn_in)
+        keep = items.mask.at[:, :burn_in].set(False)
+        abs_td = jnp.where(keep, jnp.abs(td), 0.0)
+        priority = eta * jnp.max(abs_td, axis=1) + (1.0 - eta) * losses.masked_sequence_mean(
+            jnp.abs(td), items.mask, burn_in=burn_in
+        )
+        q_selected = jnp.take_along_axis(q_tm1, data.action[..., None], axis=-1)[..., 0]
+        q_selected = jnp.where(keep, q_selected, jnp.nan)  # statistics over trained steps only
+        return losses.weighted_mean(per_sequence, weights), (priority, q_selected)
+
+    return loss_fn
+
+
 def make_train_step(
     config: DQNConfig,
     network: QNetwork,
     optimizer: optax.GradientTransformation,
     axis_name: str | None = None,
 ) -> Callable[..., tuple[LearnerState, LearnInfo]]:
-    """The pure SGD step on a replayed ``Sample`` of ``Transition`` items."""
-    loss_fn = make_loss(config, network)
+    """The pure SGD step on a replayed ``Sample`` of ``Transition`` items (or, with
+    ``model.use_lstm``, of ``SequenceItem`` items: then ``td_error`` is one priority per
+    sequence)."""
+    loss_fn = make_sequence_loss(config, network) if config.model.use_lstm else make_loss(config, network)
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
     def mean(x):
@@ -144,9 +200,9 @@ def make_train_step(
         params = optax.apply_updates(state.params, updates)
         info = LearnInfo(
             loss=mean(loss),
-            mean_q=mean(jnp.mean(q_selected)),
-            min_q=lax.pmin(jnp.min(q_selected), axis_name) if axis_name else jnp.min(q_selected),
-            max_q=lax.pmax(jnp.max(q_selected), axis_name) if axis_name else jnp.max(q_selected),
+            mean_q=mean(jnp.nanmean(q_selected)),
+            min_q=lax.pmin(jnp.nanmin(q_selected), axis_name) if axis_name else jnp.nanmin(q_selected),
+            max_q=lax.pmax(jnp.nanmax(q_selected), axis_name) if axis_name else jnp.nanmax(q_selected),
             mean_td_error=mean(jnp.mean(td)),
             cur_lr=lr,
             grad_gnorm=optax.tree.norm(grads),
