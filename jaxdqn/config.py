@@ -336,7 +336,13 @@ def _map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
                 expl[k] = v
             out["exploration_config"] = ExplorationConfig(**expl)
         elif key == "multiagent":
-            policies = dict(value).get("policies") or {}
+            multiagent = dict(value)
+            policies = multiagent.get("policies") or {}
+            prioritized = config.get("prioritized_replay", cls.prioritized_replay) is True
+            if multiagent.get("replay_mode", "independent") == "lockstep" and prioritized:
+                raise ValueError("multiagent.replay_mode='lockstep' does not support prioritized "
+                                 "replay (as in RLlib): set prioritized_replay=False or replay_mode="
+                                 "'independent'")
             if policies:
                 raise ValueError("multiagent.policies is not supported yet: jaxdqn trains a single "
                                  "policy; remove the multiagent section")

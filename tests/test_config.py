@@ -109,6 +109,7 @@ def test_from_rllib_maps_a_users_dict():
         ({"evaluation_config": {"explore": True}}, "evaluation_config.explore"),
         ({"replay_buffer_config": {"type": "ReservoirReplayBuffer"}}, "replay_buffer_config.type"),
         ({"n_step": 0}, "n_step"),
+        ({"multiagent": {"replay_mode": "lockstep"}}, "lockstep.*prioritized"),
     ],
 )
 def test_from_rllib_refuses_unknown_or_unsupported_keys(rllib, match):
