@@ -28,6 +28,16 @@ def probe_batch():
     )
 
 
+def probe_setup(config):
+    """Network, fresh learner state, train step and the probe batch as a uniform sample."""
+    net = make_network(config, 2)
+    opt = learner.make_optimizer(config)
+    batch = probe_batch()
+    state = learner.init(net, opt, jax.random.key(0), batch.obs)
+    sample = Sample(items=batch, indices=jnp.arange(4), weights=jnp.ones(4))
+    return net, state, learner.make_train_step(config, net, opt), sample
+
+
 @pytest.mark.parametrize(
     "config",
     [
@@ -40,12 +50,7 @@ def probe_batch():
     ids=["simple_q", "double_dueling", "c51"],
 )
 def test_probe_mdp_converges_to_the_analytic_q(config):
-    net = make_network(config, 2)
-    opt = learner.make_optimizer(config)
-    batch = probe_batch()
-    state = learner.init(net, opt, jax.random.key(0), batch.obs)
-    step = learner.make_train_step(config, net, opt)
-    sample = Sample(items=batch, indices=jnp.arange(4), weights=jnp.ones(4))
+    net, state, step, sample = probe_setup(config)
 
     @jax.jit
     def run(state, key):
@@ -91,11 +96,8 @@ def test_gradients_are_averaged_across_4_devices():
 
 def test_train_step_traces_once():
     config = DQNConfig(model=ModelConfig(fcnet_hiddens=(8,)), hiddens=(8,))
-    net = make_network(config, 2)
-    opt = learner.make_optimizer(config)
-    batch = probe_batch()
-    state = learner.init(net, opt, jax.random.key(0), batch.obs)
-    step = learner.make_train_step(config, net, opt)
+    _, state, step, sample = probe_setup(config)
+    batch = sample.items
 
     @jax.jit
     @chex.assert_max_traces(n=1)
@@ -147,12 +149,7 @@ def test_lr_schedule_and_epsilon_follow_rllib_piecewise_schedules():
 
 def test_cur_lr_is_reported_and_applied():
     config = SimpleQConfig(lr_schedule=[[0, 1e-2], [10, 0.0]], model=ModelConfig(fcnet_hiddens=(4,)), grad_clip=None)
-    net = make_network(config, 2)
-    opt = learner.make_optimizer(config)
-    batch = probe_batch()
-    state = learner.init(net, opt, jax.random.key(0), batch.obs)
-    step = learner.make_train_step(config, net, opt)
-    sample = Sample(items=batch, indices=jnp.arange(4), weights=jnp.ones(4))
+    net, state, step, sample = probe_setup(config)
     new, info = step(state, sample, env_steps=jnp.int32(10), key=jax.random.key(0))  # lr is 0 there
     assert float(info.cur_lr) == 0.0
     jax.tree_util.tree_map(np.testing.assert_array_equal, new.params, state.params)
