@@ -1,0 +1,214 @@
+"""The execution plan (RLlib's DQN ``execution_plan``) as scans over an explicit ``TrainState``.
+
+RLlib alternates, round robin, ``store`` (ParallelRollouts -> StoreToReplayBuffer) and
+``replay`` (Replay -> TrainOneStep -> update priorities -> UpdateTargetNetwork) with weights
+from ``training_intensity``. Here one *iteration* is a static schedule: ``stores`` store steps
+then ``replays`` replay steps, the smallest integers whose ratio gives the requested
+intensity (replayed / sampled env steps) exactly in the long run; no ``lax.cond``. Warm-up until
+``learning_starts`` is its own scan of store steps. ``make_train(config)`` returns the pieces:
+``init(key)``, ``chunk(state)`` (``timesteps_per_iteration`` env steps, for the shell) and
+``train(key)`` (``total_timesteps``, ``jax.jit(jax.vmap(train))`` trains many seeds at once).
+
+Feed-forward Q-networks only for now: sequence replay (``model.use_lstm``) is issue 7.
+"""
+
+from __future__ import annotations
+
+import fractions
+import math
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxdqn import buffers, envs, exploration, learner, rollout
+from jaxdqn.config import DQNConfig
+from jaxdqn.networks import make_network
+from jaxdqn.types import Transition
+
+Array = jax.Array
+RING = 100  # episodes over which RLlib reports episode_reward_mean (metrics_smoothing_episodes)
+
+
+class Metrics(NamedTuple):
+    """On-device counters (RLlib's names) and the last ``RING`` completed episodes."""
+
+    returns: Array  # [RING] float32
+    lengths: Array  # [RING] int32
+    ring_pos: Array  # [] int32
+    episodes_total: Array  # [] int32
+    num_steps_sampled: Array  # [] int32
+    num_steps_trained: Array  # [] int32
+    num_target_updates: Array  # [] int32
+    last_target_update_ts: Array  # [] int32
+    learner: learner.LearnInfo  # of the last replay step (td_error dropped: [0])
+
+
+class TrainState(NamedTuple):
+    learner: learner.LearnerState
+    buffer: Any
+    actor: rollout.ActorState
+    metrics: Metrics
+    key: Array
+
+
+class Schedule(NamedTuple):
+    """Static shape of the plan."""
+
+    steps_per_store: int  # rollout_fragment_length * num_envs
+    stores: int  # store steps per iteration
+    replays: int  # replay steps per iteration
+    warmup_stores: int  # store steps before learning starts
+    iterations_per_chunk: int
+
+
+def make_schedule(config: DQNConfig) -> Schedule:
+    """The round-robin weights as exact small integers (see the module docstring)."""
+    per_store = config.rollout_fragment_length * config.num_envs
+    native = config.train_batch_size / per_store
+    intensity = config.training_intensity or native
+    # replays per store = intensity * per_store / batch, as a fraction of small integers.
+    ratio = fractions.Fraction(intensity * per_store / config.train_batch_size).limit_denominator(64)
+    if ratio == 0:
+        raise ValueError(f"training_intensity={config.training_intensity} gives less than one "
+                         f"replay per 64 stores; raise it")
+    stores, replays = ratio.denominator, ratio.numerator
+    iteration_steps = stores * per_store
+    return Schedule(
+        steps_per_store=per_store,
+        stores=stores,
+        replays=replays,
+        warmup_stores=math.ceil(config.learning_starts / per_store),
+        iterations_per_chunk=max(1, math.ceil(config.timesteps_per_iteration / iteration_steps)),
+    )
+
+
+def record_episodes(metrics: Metrics, episodes: rollout.Episodes) -> Metrics:
+    """Write the episodes that ended into the ring, in time-major order."""
+    done = episodes.done.reshape(-1)
+    slot = metrics.ring_pos + jnp.cumsum(done) - 1
+    slot = jnp.where(done, slot % RING, RING)  # RING: dropped
+    return metrics._replace(
+        returns=metrics.returns.at[slot].set(episodes.episode_return.reshape(-1), mode="drop"),
+        lengths=metrics.lengths.at[slot].set(episodes.episode_length.reshape(-1), mode="drop"),
+        ring_pos=(metrics.ring_pos + jnp.sum(done)).astype(jnp.int32) % RING,
+        episodes_total=metrics.episodes_total + jnp.sum(done).astype(jnp.int32),
+    )
+
+
+def make_train(config: DQNConfig) -> tuple[Callable, Callable, Callable]:
+    """``(init, chunk, train)`` for ``config``; see the module docstring."""
+    if config.model.use_lstm:
+        raise ValueError("model.use_lstm=True: sequence replay in the execution plan comes with issue 7")
+    spec = envs.make_env(config.env, config.env_params)
+    network = make_network(config, spec.num_actions)
+    optimizer = learner.make_optimizer(config)
+    train_step = learner.make_train_step(config, network, optimizer)
+    if config.prioritized_replay:
+        buf = buffers.prioritized(config.buffer_size, alpha=config.prioritized_replay_alpha,
+                                  eps=config.prioritized_replay_eps)
+    else:
+        buf = buffers.uniform(config.buffer_size)
+    schedule = make_schedule(config)
+    n, length = config.n_step, config.rollout_fragment_length
+    beta_points = [(0, config.prioritized_replay_beta),
+                   (config.prioritized_replay_beta_annealing_timesteps, config.final_prioritized_replay_beta)]
+
+    def policy(params_and_eps, obs, key):
+        params, eps = params_and_eps
+        noise_key, act_key = jax.random.split(key)
+        q = network.apply(params, obs, rngs={"noise": noise_key}).q
+        return exploration.explore(act_key, q, eps, noisy=config.noisy)
+
+    def behaviour(state: TrainState):
+        eps = exploration.epsilon(config.exploration_config, state.metrics.num_steps_sampled)
+        return state.learner.params, eps
+
+    def store(state: TrainState, _=None) -> tuple[TrainState, None]:
+        key, step_key = jax.random.split(state.key)
+        actor, transitions, episodes = rollout.fragment(
+            spec, policy, behaviour(state), state.actor, step_key, length=length, gamma=config.gamma, n=n)
+        metrics = record_episodes(state.metrics, episodes)
+        metrics = metrics._replace(num_steps_sampled=metrics.num_steps_sampled + schedule.steps_per_store)
+        return state._replace(buffer=buf.add(state.buffer, transitions), actor=actor, metrics=metrics, key=key), None
+
+    def replay(state: TrainState, _=None) -> tuple[TrainState, None]:
+        key, sample_key, train_key = jax.random.split(state.key, 3)
+        sampled = state.metrics.num_steps_sampled
+        beta = exploration.piecewise_linear(beta_points, sampled)
+        sample = buf.sample(state.buffer, sample_key, config.train_batch_size, beta)
+        learner_state, info = train_step(state.learner, sample, env_steps=sampled, key=train_key)
+        buffer = buf.update(state.buffer, sample.indices, info.td_error)
+        learner_state, synced = learner.sync_target(
+            learner_state, sampled, target_network_update_freq=config.target_network_update_freq, tau=config.tau)
+        m = state.metrics
+        metrics = m._replace(
+            num_steps_trained=m.num_steps_trained + config.train_batch_size,
+            num_target_updates=m.num_target_updates + synced.astype(jnp.int32),
+            last_target_update_ts=learner_state.last_target_update,
+            learner=info._replace(td_error=jnp.zeros((0,), jnp.float32)),
+        )
+        return state._replace(learner=learner_state, buffer=buffer, metrics=metrics, key=key), None
+
+    def iteration(state: TrainState, _=None) -> tuple[TrainState, None]:
+        state, _ = lax.scan(store, state, None, length=schedule.stores)
+        state, _ = lax.scan(replay, state, None, length=schedule.replays)
+        return state, None
+
+    def init(key: Array) -> TrainState:
+        """Fresh learner, empty buffer, primed actor, then the warm-up stores."""
+        learner_key, env_key, prime_key, key = jax.random.split(key, 4)
+        actor = rollout.init(spec, env_key, config.num_envs, n)
+        learner_state = learner.init(network, optimizer, learner_key, actor.obs)
+        zero = lambda dtype=jnp.int32: jnp.zeros((), dtype)  # noqa: E731
+        info = learner.LearnInfo(*(jnp.zeros((), jnp.float32) for _ in range(7)), jnp.zeros((0,), jnp.float32))
+        metrics = Metrics(returns=jnp.zeros((RING,), jnp.float32), lengths=jnp.zeros((RING,), jnp.int32),
+                          ring_pos=zero(), episodes_total=zero(), num_steps_sampled=zero(),
+                          num_steps_trained=zero(), num_target_updates=zero(), last_target_update_ts=zero(),
+                          learner=info)
+        obs0 = actor.obs[0]
+        example = Transition(obs=obs0, action=jnp.zeros((), jnp.int32), reward=jnp.zeros((), jnp.float32),
+                             discount=jnp.zeros((), jnp.float32), next_obs=obs0)
+        state = TrainState(learner=learner_state, buffer=buf.init(example), actor=actor, metrics=metrics, key=key)
+        actor, episodes = rollout.prime(spec, policy, behaviour(state), actor, prime_key)
+        metrics = record_episodes(metrics, episodes)._replace(num_steps_sampled=jnp.int32((n - 1) * config.num_envs))
+        state = state._replace(actor=actor, metrics=metrics)
+        state, _ = lax.scan(store, state, None, length=schedule.warmup_stores)
+        return state
+
+    def report(state: TrainState, episodes_before: Array) -> dict[str, Array]:
+        m = state.metrics
+        count = jnp.minimum(m.episodes_total, RING)
+        valid = jnp.arange(RING) < count
+        nan = jnp.float32(jnp.nan)
+        returns = jnp.where(valid, m.returns, nan)
+        return {
+            "episode_reward_mean": jnp.nanmean(returns),
+            "episode_reward_min": jnp.nanmin(returns),
+            "episode_reward_max": jnp.nanmax(returns),
+            "episode_len_mean": jnp.nanmean(jnp.where(valid, m.lengths.astype(jnp.float32), nan)),
+            "episodes_this_iter": m.episodes_total - episodes_before,
+            "episodes_total": m.episodes_total,
+            "timesteps_total": m.num_steps_sampled,
+            "num_steps_sampled": m.num_steps_sampled,
+            "num_steps_trained": m.num_steps_trained,
+            "num_target_updates": m.num_target_updates,
+            "last_target_update_ts": m.last_target_update_ts,
+            **{k: v for k, v in m.learner._asdict().items() if k != "td_error"},
+        }
+
+    def chunk(state: TrainState) -> tuple[TrainState, dict[str, Array]]:
+        """About ``timesteps_per_iteration`` env steps (whole iterations) and their report."""
+        before = state.metrics.episodes_total
+        state, _ = lax.scan(iteration, state, None, length=schedule.iterations_per_chunk)
+        return state, report(state, before)
+
+    chunks = max(1, math.ceil(config.total_timesteps / (schedule.iterations_per_chunk * schedule.stores
+                                                         * schedule.steps_per_store)))
+
+    def train(key: Array) -> tuple[TrainState, dict[str, Array]]:
+        """``total_timesteps`` (rounded up to whole chunks); the reports are stacked per chunk."""
+        return lax.scan(lambda s, _: chunk(s), init(key), None, length=chunks)
+
+    return init, chunk, train
