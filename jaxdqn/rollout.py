@@ -95,11 +95,7 @@ def init(spec: envs.EnvSpec, key: Array, num_envs: int, n_step: int) -> ActorSta
 def prime(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array
           ) -> tuple[ActorState, Episodes]:
     """Take the first ``n - 1`` steps into ``pending`` (no transitions yet)."""
-    steps = actor.pending.action.shape[0]
-    if steps == 0:
-        empty = Episodes(jnp.zeros((0,) + actor.episode_length.shape, bool),
-                         jnp.zeros((0,) + actor.episode_return.shape), jnp.zeros((0,) + actor.episode_length.shape, jnp.int32))
-        return actor, empty
+    steps = actor.pending.action.shape[0]  # n - 1; a zero-length scan when n == 1
     actor, raw, episodes = run_steps(spec, policy, params, actor, key, steps)
     return actor._replace(pending=raw), episodes
 

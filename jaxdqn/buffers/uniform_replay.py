@@ -134,11 +134,6 @@ def sample(state: UniformState, key: Array, *, batch_size: int) -> Sample:
     )
 
 
-def size(state: UniformState) -> Array:
-    """Number of valid items, a jax int32 scalar."""
-    return state.size
-
-
 def make_uniform(capacity: int) -> ReplayBuffer:
     """A uniform replay buffer of ``capacity`` items (RLlib's ``ReplayBuffer``)."""
     check_capacity(capacity)
