@@ -5,9 +5,13 @@ RLlib alternates, round robin, ``store`` (ParallelRollouts -> StoreToReplayBuffe
 from ``training_intensity``. Here one *iteration* is a static schedule: ``stores`` store steps
 then ``replays`` replay steps, the smallest integers whose ratio gives the requested
 intensity (replayed / sampled env steps) exactly in the long run; no ``lax.cond``. Warm-up until
-``learning_starts`` is its own scan of store steps. ``make_train(config)`` returns the pieces:
-``init(key)``, ``chunk(state)`` (``timesteps_per_iteration`` env steps, for the shell) and
-``train(key)`` (``total_timesteps``, ``jax.jit(jax.vmap(train))`` trains many seeds at once).
+``learning_starts`` is its own scan of store steps.
+
+``make_plan(config)`` returns a ``Plan`` of pure pieces: ``init(key)``, ``store``, ``replay``,
+``iteration``, ``chunk(state)`` (``timesteps_per_iteration`` env steps and their report, for the
+shell), ``train(key)`` (``total_timesteps``), ``evaluate(params, key)`` (greedy episodes) and
+``act(params, obs)``. ``make_train(config)`` is ``make_plan(config).train``: ``jax.jit(jax.vmap(
+train))(keys)`` trains many independent seeds at once.
 
 Feed-forward Q-networks only for now: sequence replay (``model.use_lstm``) is issue 7.
 """
@@ -22,10 +26,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxdqn import buffers, envs, exploration, learner, rollout
+from jaxdqn import buffers, envs, evaluation, exploration, learner, rollout
 from jaxdqn.config import DQNConfig
-from jaxdqn.networks import make_network
-from jaxdqn.types import Transition
+from jaxdqn.networks import QNetwork, make_network
+from jaxdqn.types import Sample, Transition
 
 Array = jax.Array
 RING = 100  # episodes over which RLlib reports episode_reward_mean (metrics_smoothing_episodes)
@@ -97,8 +101,36 @@ def record_episodes(metrics: Metrics, episodes: rollout.Episodes) -> Metrics:
     )
 
 
-def make_train(config: DQNConfig) -> tuple[Callable, Callable, Callable]:
-    """``(init, chunk, train)`` for ``config``; see the module docstring."""
+# RLlib's ``before_learn_on_batch(batch, ...)``: a pure ``(sample, key) -> sample`` applied to
+# every replayed batch before the SGD step (e.g. reward shaping, relabelling, augmentation).
+BatchHook = Callable[[Sample, Array], Sample]
+
+
+class Plan(NamedTuple):
+    """The pure pieces of one config's execution plan (see the module docstring)."""
+
+    init: Callable[[Array], TrainState]
+    store: Callable[[TrainState, Any], tuple[TrainState, None]]
+    replay: Callable[[TrainState, Any], tuple[TrainState, None]]
+    iteration: Callable[[TrainState, Any], tuple[TrainState, None]]
+    chunk: Callable[[TrainState], tuple[TrainState, dict[str, Array]]]
+    train: Callable[[Array], tuple[TrainState, dict[str, Array]]]
+    evaluate: Callable[[Any, Array], evaluation.Evaluation]
+    act: Callable[[Any, Array], Array]
+    schedule: Schedule
+    spec: envs.EnvSpec
+    network: QNetwork
+    num_chunks: int  # chunks that ``train`` runs
+
+
+def make_train(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = None
+               ) -> Callable[[Array], tuple[TrainState, dict[str, Array]]]:
+    """The pure ``train(key) -> (TrainState, reports stacked per chunk)`` for ``total_timesteps``."""
+    return make_plan(config, before_learn_on_batch=before_learn_on_batch).train
+
+
+def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = None) -> Plan:
+    """The ``Plan`` for ``config``; see the module docstring."""
     if config.model.use_lstm:
         raise ValueError("model.use_lstm=True: sequence replay in the execution plan comes with issue 7")
     spec = envs.make_env(config.env, config.env_params)
@@ -138,6 +170,9 @@ def make_train(config: DQNConfig) -> tuple[Callable, Callable, Callable]:
         sampled = state.metrics.num_steps_sampled
         beta = exploration.piecewise_linear(beta_points, sampled)
         sample = buf.sample(state.buffer, sample_key, config.train_batch_size, beta)
+        if before_learn_on_batch is not None:
+            key, hook_key = jax.random.split(key)
+            sample = before_learn_on_batch(sample, hook_key)
         learner_state, info = train_step(state.learner, sample, env_steps=sampled, key=train_key)
         buffer = buf.update(state.buffer, sample.indices, info.td_error)
         learner_state, synced = learner.sync_target(
@@ -211,4 +246,11 @@ def make_train(config: DQNConfig) -> tuple[Callable, Callable, Callable]:
         """``total_timesteps`` (rounded up to whole chunks); the reports are stacked per chunk."""
         return lax.scan(lambda s, _: chunk(s), init(key), None, length=chunks)
 
-    return init, chunk, train
+    evaluate = evaluation.make_evaluate(spec, network, config.evaluation_num_episodes)
+
+    def act(params: Any, obs: Array) -> Array:
+        """Greedy actions ``[B]`` for observations ``[B, *obs]`` (RLlib's compute_actions, explore=False)."""
+        return evaluation.greedy_actions(network, params, obs)
+
+    return Plan(init=init, store=store, replay=replay, iteration=iteration, chunk=chunk, train=train,
+                evaluate=evaluate, act=act, schedule=schedule, spec=spec, network=network, num_chunks=chunks)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from jaxdqn import DQNConfig, ModelConfig, SimpleQConfig
-from jaxdqn.plan import make_schedule, make_train
+from jaxdqn.plan import make_plan, make_schedule, make_train
 
 TINY = dict(buffer_size=2000, learning_starts=64, num_envs_per_worker=4, timesteps_per_iteration=256,
             total_timesteps=512, model=ModelConfig(fcnet_hiddens=(16,)), train_batch_size=16)
@@ -17,7 +17,8 @@ TINY = dict(buffer_size=2000, learning_starts=64, num_envs_per_worker=4, timeste
 def test_trained_over_sampled_matches_training_intensity(intensity):
     config = SimpleQConfig(training_intensity=intensity, **TINY)
     schedule = make_schedule(config)
-    init, chunk, _ = make_train(config)
+    plan = make_plan(config)
+    init, chunk = plan.init, plan.chunk
     state = jax.jit(init)(jax.random.key(0))
     start_sampled = int(state.metrics.num_steps_sampled)
     state, report = jax.jit(chunk)(state)
@@ -37,7 +38,8 @@ def test_fractional_intensity_is_an_exact_static_schedule():
 def test_target_syncs_every_freq_sampled_steps():
     config = SimpleQConfig(target_network_update_freq=40, **TINY)  # stores of 16 steps
     schedule = make_schedule(config)
-    init, chunk, _ = make_train(config)
+    plan = make_plan(config)
+    init, chunk = plan.init, plan.chunk
     state = jax.jit(init)(jax.random.key(0))
     sampled = int(state.metrics.num_steps_sampled)
     state, report = jax.jit(chunk)(state)
@@ -55,7 +57,8 @@ def test_target_syncs_every_freq_sampled_steps():
 
 def test_the_chunk_traces_once_and_donates_the_state():
     config = DQNConfig(**TINY, hiddens=(16,))
-    init, chunk, _ = make_train(config)
+    plan = make_plan(config)
+    init, chunk = plan.init, plan.chunk
     traced = jax.jit(chex.assert_max_traces(chunk, n=1), donate_argnums=0)
     state = jax.jit(init)(jax.random.key(0))
     for _ in range(3):
@@ -67,7 +70,7 @@ def test_the_chunk_traces_once_and_donates_the_state():
 
 def test_vmapped_seeds_train_independently():
     config = SimpleQConfig(**TINY)
-    _, _, train = make_train(config)
+    train = make_train(config)
     states, reports = jax.jit(jax.vmap(train))(jax.random.split(jax.random.key(0), 3))
     leaves = jax.tree_util.tree_leaves(states.learner.params)
     for a, b in [(0, 1), (0, 2), (1, 2)]:
@@ -78,10 +81,72 @@ def test_vmapped_seeds_train_independently():
 
 def test_episode_metrics_follow_the_episodes():
     config = SimpleQConfig(**TINY)
-    init, chunk, _ = make_train(config)
+    plan = make_plan(config)
+    init, chunk = plan.init, plan.chunk
     state, report = jax.jit(chunk)(jax.jit(init)(jax.random.key(1)))
     assert int(report["episodes_total"]) > 0
     assert 8 <= float(report["episode_reward_min"]) <= float(report["episode_reward_mean"]) <= float(
         report["episode_reward_max"]) <= 500
     # CartPole gives +1 per step: return equals length.
     assert float(report["episode_len_mean"]) == pytest.approx(float(report["episode_reward_mean"]))
+
+
+def test_before_learn_on_batch_sees_every_replayed_batch():
+    """A hook that zeroes the importance weights zeroes the gradient: Adam leaves the params
+    exactly as initialised, while the unhooked run moves them."""
+    config = SimpleQConfig(**TINY)
+
+    def zero_weights(sample, key):
+        return sample._replace(weights=jnp.zeros_like(sample.weights))
+
+    def params_after(hook):
+        plan = make_plan(config, before_learn_on_batch=hook)
+        state = jax.jit(plan.init)(jax.random.key(0))
+        start = state.learner.params
+        state, report = jax.jit(plan.chunk)(state)
+        assert int(report["num_steps_trained"]) > 0
+        return start, state.learner.params
+
+    start, end = params_after(zero_weights)
+    chex.assert_trees_all_equal(start, end)
+    start, end = params_after(None)
+    assert not np.allclose(jax.tree_util.tree_leaves(start)[0], jax.tree_util.tree_leaves(end)[0])
+
+
+def test_greedy_evaluation_matches_a_python_rollout():
+    """evaluate() against a plain Python loop over the same env, keys and greedy policy."""
+    import gymnax
+
+    config = SimpleQConfig(**TINY, evaluation_num_episodes=3, env_params={"max_steps_in_episode": 60})
+    plan = make_plan(config)
+    params = jax.jit(plan.init)(jax.random.key(3)).learner.params
+    result = jax.jit(plan.evaluate)(params, jax.random.key(4))
+
+    env, env_params = gymnax.make("CartPole-v1")
+    env_params = env_params.replace(max_steps_in_episode=60)
+    reset_key, key = jax.random.split(jax.random.key(4))
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, 3), env_params)
+    want_ret, want_len, alive = np.zeros(3), np.zeros(3, int), np.ones(3, bool)
+    while alive.any():
+        key, step_key = jax.random.split(key)
+        q = plan.network.apply(params, obs).q
+        action = np.argmax(np.asarray(q), axis=-1)
+        obs, state, reward, term, trunc, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+            jax.random.split(step_key, 3), state, jnp.asarray(action), env_params)
+        want_ret += np.where(alive, np.asarray(reward), 0.0)
+        want_len += alive
+        alive &= ~(np.asarray(term) | np.asarray(trunc))
+    np.testing.assert_allclose(result.episode_return, want_ret)
+    np.testing.assert_array_equal(result.episode_length, want_len)
+    assert result.finished.all() and (want_len <= 60).all()
+    # Greedy means act() agrees with the argmax of the network.
+    np.testing.assert_array_equal(plan.act(params, obs), np.argmax(np.asarray(plan.network.apply(params, obs).q), -1))
+
+
+def test_evaluation_vmaps_over_seeds():
+    config = SimpleQConfig(**TINY, evaluation_num_episodes=2)
+    plan = make_plan(config)
+    states = jax.vmap(plan.init)(jax.random.split(jax.random.key(0), 2))
+    result = jax.jit(jax.vmap(plan.evaluate))(states.learner.params, jax.random.split(jax.random.key(1), 2))
+    assert result.episode_return.shape == (2, 2)
+    np.testing.assert_allclose(result.episode_return, result.episode_length)  # CartPole: +1 per step
