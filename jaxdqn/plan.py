@@ -88,6 +88,16 @@ def make_schedule(config: DQNConfig) -> Schedule:
     )
 
 
+def repeat(step: Callable[[Any, None], tuple[Any, None]], state: Any, times: int) -> Any:
+    """``step`` applied ``times`` times: a ``lax.scan``, or a plain call for one (a one-trip
+    loop still costs a while loop with its carry copies on every iteration of the outer scan)."""
+    if times == 0:
+        return state
+    if times == 1:
+        return step(state, None)[0]
+    return lax.scan(step, state, None, length=times)[0]
+
+
 def record_episodes(metrics: Metrics, episodes: rollout.Episodes) -> Metrics:
     """Write the episodes that ended into the ring, in time-major order."""
     done = episodes.done.reshape(-1)
@@ -187,9 +197,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         return state._replace(learner=learner_state, buffer=buffer, metrics=metrics, key=key), None
 
     def iteration(state: TrainState, _=None) -> tuple[TrainState, None]:
-        state, _ = lax.scan(store, state, None, length=schedule.stores)
-        state, _ = lax.scan(replay, state, None, length=schedule.replays)
-        return state, None
+        state = repeat(store, state, schedule.stores)
+        return repeat(replay, state, schedule.replays), None
 
     def init(key: Array) -> TrainState:
         """Fresh learner, empty buffer, primed actor, then the warm-up stores."""
@@ -209,8 +218,7 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         actor, episodes = rollout.prime(spec, policy, behaviour(state), actor, prime_key)
         metrics = record_episodes(metrics, episodes)._replace(num_steps_sampled=jnp.int32((n - 1) * config.num_envs))
         state = state._replace(actor=actor, metrics=metrics)
-        state, _ = lax.scan(store, state, None, length=schedule.warmup_stores)
-        return state
+        return repeat(store, state, schedule.warmup_stores)
 
     def report(state: TrainState, episodes_before: Array) -> dict[str, Array]:
         m = state.metrics
@@ -236,7 +244,7 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
     def chunk(state: TrainState) -> tuple[TrainState, dict[str, Array]]:
         """About ``timesteps_per_iteration`` env steps (whole iterations) and their report."""
         before = state.metrics.episodes_total
-        state, _ = lax.scan(iteration, state, None, length=schedule.iterations_per_chunk)
+        state = repeat(iteration, state, schedule.iterations_per_chunk)
         return state, report(state, before)
 
     chunks = max(1, math.ceil(config.total_timesteps / (schedule.iterations_per_chunk * schedule.stores

@@ -73,7 +73,11 @@ def run_steps(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState
                                episode_length=jnp.where(done, 0, length))
         return actor, (raw, episodes)
 
-    actor, (raw, episodes) = lax.scan(body, actor, jax.random.split(key, num_steps))
+    if num_steps == 1:  # no one-trip loop (see plan.repeat)
+        actor, out = body(actor, key)
+        raw, episodes = jax.tree_util.tree_map(lambda x: x[None], out)
+    else:
+        actor, (raw, episodes) = lax.scan(body, actor, jax.random.split(key, num_steps))
     return actor, raw, episodes
 
 
