@@ -1,4 +1,10 @@
-"""jaxdqn: RLlib's DQN and SimpleQ execution plans, JAX-native."""
+"""jaxdqn: RLlib's DQN and SimpleQ execution plans, JAX-native.
+
+The package namespace is the public API: the pure core (configs, buffers, losses, ``make_train``)
+and, loaded on first use so that importing the core never imports the shell, ``Trainer``.
+"""
+
+from typing import Any
 
 from jaxdqn import buffers, losses, types
 from jaxdqn.config import DQNConfig, ExplorationConfig, ModelConfig, SimpleQConfig
@@ -10,8 +16,23 @@ __all__ = [
     "ExplorationConfig",
     "ModelConfig",
     "SimpleQConfig",
+    "Trainer",
     "__version__",
     "buffers",
     "losses",
+    "make_train",
     "types",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: the facade reaches the plan and the shell lazily (they import this package).
+    if name == "Trainer":
+        from jaxdqn.trainer import Trainer
+
+        return Trainer
+    if name == "make_train":
+        from jaxdqn.plan import make_train
+
+        return make_train
+    raise AttributeError(f"module 'jaxdqn' has no attribute {name!r}")

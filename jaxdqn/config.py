@@ -301,11 +301,10 @@ IGNORED_MODEL_KEYS = frozenset({"vf_share_layers", "free_log_std", "no_final_lin
                                 "custom_model_config", "custom_action_dist", "custom_preprocessor"})
 
 
-def _unknown(key: str, known: set[str]) -> None:
+def _unknown(key: str, known: set[str], what: str = "unknown or unsupported RLlib config key") -> None:
     close = difflib.get_close_matches(key, sorted(known), n=3)
     hint = f" Did you mean {close}?" if close else ""
-    raise ValueError(f"unknown or unsupported RLlib config key {key!r}.{hint} Remove it, or see "
-                     f"jaxdqn.DQNConfig for the supported keys.")
+    raise ValueError(f"{what} {key!r}.{hint} Remove it, or see jaxdqn.DQNConfig for the supported keys.")
 
 
 def _map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -386,3 +385,55 @@ def _map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
             _unknown(key, fields | set(IGNORED_KEYS) | {"model", "exploration_config", "multiagent",
                                                         "replay_buffer_config", "env_config"})
     return out
+
+
+ALGOS: dict[str, type] = {"dqn": DQNConfig, "simple_q": SimpleQConfig}
+RLLIB_RUN_NAMES = {"DQN": "dqn", "SimpleQ": "simple_q", "dqn": "dqn", "simple_q": "simple_q"}
+
+
+def algo_of(config: DQNConfig) -> str:
+    """``"dqn"`` or ``"simple_q"``."""
+    return "simple_q" if isinstance(config, SimpleQConfig) else "dqn"
+
+
+def config_class(algo: str) -> type:
+    """The config class of an algorithm name (ours, or RLlib's ``run:`` value)."""
+    if algo not in RLLIB_RUN_NAMES:
+        _fail("algo", algo, f"supported: {sorted(ALGOS)} (RLlib's 'DQN', 'SimpleQ' also accepted)")
+    return ALGOS[RLLIB_RUN_NAMES[algo]]
+
+
+def to_dict(config: DQNConfig) -> dict[str, Any]:
+    """Our keys as plain JSON / YAML data (tuples become lists, env_params a mapping)."""
+
+    def plain(x: Any) -> Any:
+        if isinstance(x, (tuple, list)):
+            return [plain(v) for v in x]
+        if isinstance(x, dict):
+            return {k: plain(v) for k, v in x.items()}
+        return x
+
+    out = plain(dataclasses.asdict(config))
+    out["env_params"] = {k: v for k, v in config.env_params}
+    return out
+
+
+def from_dict(data: Mapping[str, Any], algo: str = "dqn") -> DQNConfig:
+    """The inverse of ``to_dict`` (any subset of our keys; the rest keep their defaults).
+
+    An unknown key, top-level or nested, raises ``ValueError`` with a did-you-mean hint."""
+    cls = config_class(algo)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    nested = {"model": ModelConfig, "exploration_config": ExplorationConfig}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in fields:
+            _unknown(key, fields, "unknown config key")
+        if key in nested and isinstance(value, Mapping):
+            sub = {f.name for f in dataclasses.fields(nested[key])}
+            for k in value:
+                if k not in sub:
+                    _unknown(f"{key}.{k}", {f"{key}.{f}" for f in sub}, "unknown config key")
+            value = nested[key](**value)
+        kwargs[key] = value
+    return cls(**kwargs)

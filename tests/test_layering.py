@@ -33,7 +33,9 @@ MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
 def test_core_does_not_import_the_shell_or_do_io():
-    core = {name: path for name, path in MODULES.items() if name not in SHELL}
+    # The package namespace (jaxdqn/__init__.py) is the public facade: it may hand out the shell's
+    # Trainer, lazily (PEP 562), so importing any core module never loads the shell.
+    core = {name: path for name, path in MODULES.items() if name not in SHELL and name != "jaxdqn"}
     assert "jaxdqn.buffers.prioritized_replay" in core
     for name, path in core.items():
         imported = imports_of(path)
@@ -71,3 +73,11 @@ def test_the_console_script_runs():
     assert f"jaxdqn {jaxdqn.__version__}" in out.stdout and "backend" in out.stdout
     out = subprocess.run([sys.executable, "-m", "jaxdqn.cli", "--version"], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == jaxdqn.__version__
+
+
+def test_importing_the_core_does_not_load_the_shell():
+    code = ("import sys, jaxdqn, jaxdqn.plan; assert not {'jaxdqn.trainer', 'jaxdqn.cli', 'jaxdqn.checkpoint'} "
+            "& set(sys.modules), sorted(m for m in sys.modules if m.startswith('jaxdqn'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert jaxdqn.Trainer.__module__ == "jaxdqn.trainer"

@@ -1,0 +1,268 @@
+"""The Trainer (shell layer): RLlib's ``Trainer.train() / evaluate() / save() / restore()`` over
+the pure execution plan.
+
+``Trainer(config)`` holds one ``TrainState`` (or, with ``num_seeds=S``, ``S`` independent ones
+stacked and run with ``vmap``). ``train()`` runs one jitted chunk of ``timesteps_per_iteration``
+env steps (the state is donated, so the replay storage is updated in place across calls) and
+returns RLlib's result dict; the only host round-trip is the chunk's small report.
+``save(dir)`` / ``restore(path)`` write and read the complete state atomically
+(``jaxdqn.checkpoint``), so a restored run continues bit for bit.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import time
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxdqn
+from jaxdqn import checkpoint, exploration
+from jaxdqn.config import DQNConfig, algo_of, from_dict, to_dict
+from jaxdqn.plan import BatchHook, make_plan
+
+# Keys that may differ between a checkpoint and the config that restores it: they change how
+# long or how often the shell runs things, never the state or the arithmetic of a step.
+RESUMABLE_KEYS = frozenset({"total_timesteps", "timesteps_per_iteration", "evaluation_num_episodes"})
+LEARNER_STATS = ("loss", "mean_q", "min_q", "max_q", "mean_td_error", "cur_lr", "grad_gnorm")
+EVAL_STREAM = 0x5EED  # folded into the seed for evaluation keys, apart from training's keys
+CHECKPOINT_FORMAT = 1
+
+
+def _scalar(x: Any) -> Any:
+    value = np.asarray(x).item()
+    return float(value) if isinstance(value, float) else value
+
+
+def result_dict(report: Mapping[str, Any], *, iteration: int, timesteps_this_iter: int,
+                time_this_iter_s: float, time_total_s: float) -> dict[str, Any]:
+    """RLlib's result layout from one seed's chunk report (host scalars)."""
+    r = {k: _scalar(v) for k, v in report.items()}
+    trained_this_iter = r.pop("num_steps_trained_this_iter", None)
+    stats = {k: r[k] for k in LEARNER_STATS}
+    seconds = max(time_this_iter_s, 1e-9)
+    return {
+        "episode_reward_mean": r["episode_reward_mean"],
+        "episode_reward_min": r["episode_reward_min"],
+        "episode_reward_max": r["episode_reward_max"],
+        "episode_len_mean": r["episode_len_mean"],
+        "episodes_this_iter": r["episodes_this_iter"],
+        "episodes_total": r["episodes_total"],
+        "timesteps_total": r["timesteps_total"],
+        "timesteps_this_iter": timesteps_this_iter,
+        "training_iteration": iteration,
+        "time_this_iter_s": time_this_iter_s,
+        "time_total_s": time_total_s,
+        "num_env_steps_sampled_throughput_per_sec": timesteps_this_iter / seconds,
+        "num_env_steps_trained_throughput_per_sec": (trained_this_iter or 0) / seconds,
+        "info": {
+            "num_steps_sampled": r["num_steps_sampled"],
+            "num_steps_trained": r["num_steps_trained"],
+            "num_target_updates": r["num_target_updates"],
+            "last_target_update_ts": r["last_target_update_ts"],
+            "learner": {"default_policy": {"learner_stats": stats}},
+        },
+        "done": False,
+        "timestamp": int(time.time()),
+        "date": datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"),
+    }
+
+
+def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """``"key: checkpoint X, now Y"`` for every key outside ``RESUMABLE_KEYS`` that differs."""
+    keys = sorted((set(saved) | set(current)) - RESUMABLE_KEYS)
+    return [f"{k}: checkpoint {saved.get(k)!r}, now {current.get(k)!r}" for k in keys
+            if saved.get(k) != current.get(k)]
+
+
+class Trainer:
+    """DQN / SimpleQ training, one jitted chunk per ``train()`` call.
+
+    Args:
+      config: a ``DQNConfig`` / ``SimpleQConfig``, or a mapping of our keys (with ``algo``).
+      algo: ``"dqn"`` or ``"simple_q"`` when ``config`` is a mapping.
+      num_seeds: ``None`` for one run; ``S`` for ``S`` independent runs stacked with ``vmap``
+        (seed ``k`` is ``jax.random.split(key(config.seed), S)[k]``); ``train()`` then returns a
+        list of ``S`` result dicts.
+      before_learn_on_batch: RLlib's hook, a pure ``(Sample, key) -> Sample``.
+    """
+
+    def __init__(self, config: DQNConfig | Mapping[str, Any], *, algo: str = "dqn",
+                 num_seeds: int | None = None, before_learn_on_batch: BatchHook | None = None) -> None:
+        if not isinstance(config, DQNConfig):
+            config = from_dict(config, algo)
+        if num_seeds is not None and (not isinstance(num_seeds, int) or isinstance(num_seeds, bool)
+                                      or num_seeds < 1):
+            raise ValueError(f"num_seeds={num_seeds!r} is invalid: must be None or an int >= 1")
+        self.config = config
+        self.num_seeds = num_seeds
+        self.plan = make_plan(config, before_learn_on_batch=before_learn_on_batch)
+        stacked = (lambda f: jax.vmap(f)) if num_seeds is not None else (lambda f: f)
+        self._init = jax.jit(stacked(self.plan.init))
+        self._chunk = jax.jit(stacked(self.plan.chunk), donate_argnums=0)
+        self._evaluate = jax.jit(stacked(self.plan.evaluate))
+        self._act = jax.jit(self.plan.act)
+        self._state: Any = None
+        self.iteration = 0
+        self.time_total_s = 0.0
+        self.evaluations = 0
+
+    # --- state -----------------------------------------------------------------------------
+    def _keys(self) -> jax.Array:
+        key = jax.random.key(self.config.seed)
+        return key if self.num_seeds is None else jax.random.split(key, self.num_seeds)
+
+    @property
+    def state(self) -> Any:
+        """The ``TrainState`` (leaves ``[S, ...]`` with seeds); built, warm-up included, on first use."""
+        if self._state is None:
+            self._state = self._init(self._keys())
+        return self._state
+
+    def _seed_view(self, tree: Any, seed: int) -> Any:
+        if self.num_seeds is None:
+            if seed != 0:
+                raise ValueError(f"seed={seed} is invalid: this Trainer runs one seed (0)")
+            return tree
+        if not 0 <= seed < self.num_seeds:
+            raise ValueError(f"seed={seed} is invalid: must be in [0, {self.num_seeds - 1}]")
+        return jax.tree_util.tree_map(lambda x: x[seed], tree)
+
+    @property
+    def params(self) -> Any:
+        """The online Q-network parameters (leaves ``[S, ...]`` with seeds)."""
+        return self.state.learner.params
+
+    # --- RLlib's API ---------------------------------------------------------------------------
+    def train(self) -> dict[str, Any] | list[dict[str, Any]]:
+        """One iteration: ``timesteps_per_iteration`` env steps (whole store/replay rounds)."""
+        state = self.state
+        self._state = None  # donated below: never keep a handle on deleted buffers
+        start = time.perf_counter()
+        before = np.asarray(jax.device_get(state.metrics.num_steps_sampled))
+        trained_before = np.asarray(jax.device_get(state.metrics.num_steps_trained))
+        state, report = self._chunk(state)
+        report = jax.device_get(report)
+        self._state = state
+        seconds = time.perf_counter() - start
+        self.iteration += 1
+        self.time_total_s += seconds
+        report = {**report, "num_steps_trained_this_iter": np.asarray(report["num_steps_trained"]) - trained_before}
+        this_iter = np.asarray(report["num_steps_sampled"]) - before
+        if self.num_seeds is None:
+            return result_dict(report, iteration=self.iteration, timesteps_this_iter=int(this_iter),
+                               time_this_iter_s=seconds, time_total_s=self.time_total_s)
+        return [result_dict({k: np.asarray(v)[s] for k, v in report.items()}, iteration=self.iteration,
+                            timesteps_this_iter=int(this_iter[s]), time_this_iter_s=seconds,
+                            time_total_s=self.time_total_s) for s in range(self.num_seeds)]
+
+    def evaluate(self) -> dict[str, Any] | list[dict[str, Any]]:
+        """``evaluation_num_episodes`` greedy episodes: ``{"evaluation": {episode_reward_mean, ...}}``."""
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(self.config.seed), EVAL_STREAM),
+                                 self.evaluations)
+        self.evaluations += 1
+        if self.num_seeds is not None:
+            key = jax.random.split(key, self.num_seeds)
+        out = jax.device_get(self._evaluate(self.params, key))
+
+        def one(ret: np.ndarray, length: np.ndarray) -> dict[str, Any]:
+            return {"evaluation": {
+                "episode_reward_mean": float(np.mean(ret)), "episode_reward_min": float(np.min(ret)),
+                "episode_reward_max": float(np.max(ret)), "episode_len_mean": float(np.mean(length)),
+                "episodes_this_iter": int(ret.shape[0]), "hist_stats": {"episode_reward": ret.tolist()},
+            }}
+
+        if self.num_seeds is None:
+            return one(out.episode_return, out.episode_length)
+        return [one(out.episode_return[s], out.episode_length[s]) for s in range(self.num_seeds)]
+
+    def compute_single_action(self, observation: Any, *, explore: bool = False, seed: int = 0) -> int:
+        """The action for one observation: greedy, or epsilon-greedy at the current epsilon."""
+        obs = jnp.asarray(observation, jnp.float32)
+        if obs.shape != self.plan.spec.obs_shape:
+            raise ValueError(f"observation has shape {obs.shape}; this env's is {self.plan.spec.obs_shape}")
+        params = self._seed_view(self.params, seed)
+        action = int(self._act(params, obs[None])[0])
+        if explore:
+            sampled = self._seed_view(self.state.metrics.num_steps_sampled, seed)
+            eps = float(exploration.epsilon(self.config.exploration_config, sampled))
+            rng = np.random.default_rng([self.config.seed, seed, self.iteration, int(sampled)])
+            if rng.random() < eps:
+                action = int(rng.integers(self.plan.spec.num_actions))
+        return action
+
+    # --- checkpoints ----------------------------------------------------------------------------
+    def _meta(self) -> dict[str, Any]:
+        return {
+            "format": CHECKPOINT_FORMAT, "jaxdqn_version": jaxdqn.__version__, "algo": algo_of(self.config),
+            "config": to_dict(self.config), "num_seeds": self.num_seeds, "iteration": self.iteration,
+            "time_total_s": self.time_total_s, "evaluations": self.evaluations,
+        }
+
+    def save(self, checkpoint_dir: str | os.PathLike, *, keep: int | None = None) -> str:
+        """Write the complete state to ``checkpoint_dir/checkpoint_<iteration>``; returns the path.
+
+        Atomic: a crash during ``save`` leaves earlier checkpoints intact and no partial one
+        under a final name. ``keep`` retains only the newest ``keep`` checkpoints."""
+        return str(checkpoint.save(checkpoint_dir, self.iteration, self.state, self._meta(), keep=keep))
+
+    def restore(self, path: str | os.PathLike) -> None:
+        """Load a checkpoint (a ``checkpoint_*`` folder, or the newest one in a folder).
+
+        Refused with a ``ValueError`` listing what differs when the checkpoint's algorithm,
+        seed count or config (other than ``RESUMABLE_KEYS``) differ from this Trainer's."""
+        meta = checkpoint.read_meta(path)
+        problems = []
+        if meta.get("format") != CHECKPOINT_FORMAT:
+            problems.append(f"format: checkpoint {meta.get('format')!r}, now {CHECKPOINT_FORMAT}")
+        if meta.get("algo") != algo_of(self.config):
+            problems.append(f"algo: checkpoint {meta.get('algo')!r}, now {algo_of(self.config)!r}")
+        if meta.get("num_seeds") != self.num_seeds:
+            problems.append(f"num_seeds: checkpoint {meta.get('num_seeds')!r}, now {self.num_seeds!r}")
+        problems += config_differences(meta.get("config", {}), to_dict(self.config))
+        if problems:
+            raise ValueError(f"checkpoint {str(checkpoint.resolve(path))!r} does not fit this Trainer: "
+                             + "; ".join(problems))
+        template = jax.eval_shape(self._init, self._keys())
+        state, meta = checkpoint.restore(path, template)
+        self._state = state
+        self.iteration = int(meta["iteration"])
+        self.time_total_s = float(meta["time_total_s"])
+        self.evaluations = int(meta.get("evaluations", 0))
+
+    @classmethod
+    def from_checkpoint(cls, path: str | os.PathLike, *, before_learn_on_batch: BatchHook | None = None,
+                        **overrides: Any) -> "Trainer":
+        """A Trainer built from the config stored in a checkpoint (``overrides``: resumable keys
+        such as ``total_timesteps``), with the checkpoint's state loaded."""
+        meta = checkpoint.read_meta(path)
+        not_allowed = sorted(set(overrides) - RESUMABLE_KEYS)
+        if not_allowed:
+            raise ValueError(f"{not_allowed} cannot change when resuming; allowed: {sorted(RESUMABLE_KEYS)}")
+        config = from_dict({**meta["config"], **overrides}, meta["algo"])
+        trainer = cls(config, num_seeds=meta["num_seeds"], before_learn_on_batch=before_learn_on_batch)
+        trainer.restore(path)
+        return trainer
+
+    @property
+    def timesteps_total(self) -> int:
+        """Env steps sampled so far (the smallest over seeds; they are equal by construction)."""
+        return int(np.min(jax.device_get(self.state.metrics.num_steps_sampled)))
+
+    def iterations_for(self, timesteps: int) -> int:
+        """``train()`` calls needed to reach ``timesteps`` sampled env steps from now."""
+        s = self.plan.schedule
+        per_chunk = s.iterations_per_chunk * s.stores * s.steps_per_store
+        return max(0, math.ceil((timesteps - self.timesteps_total) / per_chunk))
+
+    def __repr__(self) -> str:
+        seeds = "" if self.num_seeds is None else f", num_seeds={self.num_seeds}"
+        return f"Trainer({algo_of(self.config)}, env={self.config.env!r}{seeds}, iteration={self.iteration})"
+
+
+__all__ = ["RESUMABLE_KEYS", "Trainer", "config_differences", "result_dict"]
