@@ -43,12 +43,33 @@ class Parser(argparse.ArgumentParser):
 
 
 # --- configuration ------------------------------------------------------------------------------
+def yaml_load(text: Any) -> Any:
+    """``yaml.safe_load``, reading ``1e-3`` as a float (PyYAML's YAML 1.1 wants ``1.0e-3``; RLlib's
+    files and users write both)."""
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+                    |[-+]?\.(?:inf|Inf|INF)
+                    |\.(?:nan|NaN|NAN))$""", re.X),
+        list("-+0123456789."))
+    return yaml.load(text, Loader=Loader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def parse_value(text: str) -> Any:
     """A ``--set`` value as YAML: ``3``, ``1e-3``, ``true``, ``[64, 64]``, ``null``, or a string."""
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        return yaml_load(text)
     except yaml.YAMLError as e:
         raise UsageError(f"--set value {text!r} is not valid YAML: {str(e).splitlines()[0]}") from None
 
@@ -75,7 +96,7 @@ def read_yaml(path: str) -> Any:
 
     try:
         with open(path) as f:
-            return yaml.safe_load(f)
+            return yaml_load(f)
     except FileNotFoundError:
         raise UsageError(f"--config {path!r}: no such file") from None
     except yaml.YAMLError as e:
@@ -84,13 +105,11 @@ def read_yaml(path: str) -> Any:
 
 def tuned_example(algo: str, env: str) -> tuple[str, dict[str, Any]] | None:
     """The shipped tuned YAML for ``(algo, env)``, if there is one: ``(name, document)``."""
-    import yaml
-
     name = TUNED.get((algo, env))
     if name is None:
         return None
     text = importlib.resources.files("jaxdqn").joinpath("tuned_examples", name).read_text()
-    return name, yaml.safe_load(text)
+    return name, yaml_load(text)
 
 
 def is_rllib_document(doc: Any) -> bool:
@@ -178,6 +197,7 @@ def should_stop(results: list[dict[str, Any]], stop: Mapping[str, Any]) -> str |
 
 # --- commands ------------------------------------------------------------------------------------
 def train(args: argparse.Namespace) -> int:
+    from jaxdqn import checkpoint
     from jaxdqn.config import algo_of, to_dict
     from jaxdqn.logging import RunLogger
     from jaxdqn.trainer import Trainer
@@ -191,7 +211,7 @@ def train(args: argparse.Namespace) -> int:
             trainer = Trainer.from_checkpoint(args.resume, **overrides)
         config, seeds, source = trainer.config, trainer.num_seeds, f"checkpoint {args.resume}"
         stop = {"timesteps_total": config.total_timesteps}
-        run_dir = pathlib.Path(args.out) if args.out else pathlib.Path(args.resume).resolve().parent
+        run_dir = pathlib.Path(args.out) if args.out else checkpoint.resolve(args.resume).resolve().parent
     else:
         with as_usage_errors():
             config, stop, seeds, source = build_run(args)

@@ -1,0 +1,164 @@
+"""The ``jaxdqn`` command: run folders, RLlib YAML, stop blocks, resume, evaluate, plot, errors."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from jaxdqn import cli
+
+# Small enough for seconds: iterations of 256 env steps.
+SMALL = ["--set", "buffer_size=2000", "--set", "learning_starts=64", "--set", "num_envs_per_worker=4",
+         "--set", "timesteps_per_iteration=256", "--set", "model.fcnet_hiddens=[16]", "--set", "hiddens=[16]",
+         "--set", "train_batch_size=16", "--set", "training_intensity=1", "--quiet"]
+RLLIB_CARTPOLE_DQN = """\
+cartpole-dqn:
+    env: CartPole-v0
+    run: DQN
+    stop:
+        episode_reward_mean: 150
+        timesteps_total: 50000
+    config:
+        # Works for both torch and tf.
+        framework: tf
+        n_step: 3
+        gamma: 0.95
+"""
+
+
+def lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_train_writes_a_tune_style_run_folder_per_seed(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["train", "--seeds", "2", "--timesteps", "768", "--out", str(out), *SMALL]) == 0
+    params = json.loads((out / "params.json").read_text())
+    assert params["algo"] == "dqn" and params["seeds"] == 2 and params["n_step"] == 3  # the tuned example
+    assert params["buffer_size"] == 2000 and params["model"]["fcnet_hiddens"] == [16]
+    for seed in (0, 1):
+        results = lines(out / f"seed_{seed}" / "result.json")
+        assert [r["training_iteration"] for r in results] == [1, 2, 3]
+        assert results[-1]["timesteps_total"] >= 768
+        with open(out / f"seed_{seed}" / "progress.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert len(rows) == 3
+        assert float(rows[-1]["info/learner/default_policy/learner_stats/mean_q"]) == pytest.approx(
+            results[-1]["info"]["learner"]["default_policy"]["learner_stats"]["mean_q"])
+    seed0, seed1 = (lines(out / f"seed_{k}" / "result.json")[-1] for k in (0, 1))
+    assert seed0["info"]["learner"] != seed1["info"]["learner"]
+    assert (out / "checkpoint_000003").is_dir()
+    # params.json is itself a config file: the same run again.
+    again = tmp_path / "again"
+    assert cli.main(["train", "--config", str(out / "params.json"), "--out", str(again), "--quiet"]) == 0
+    assert json.loads((again / "params.json").read_text()) == params
+    assert lines(again / "seed_1" / "result.json")[-1]["episode_reward_mean"] == seed1["episode_reward_mean"]
+
+
+def test_an_rllib_tuned_example_runs_unchanged_and_its_stop_block_is_honoured(tmp_path):
+    path = tmp_path / "cartpole-dqn.yaml"
+    # RLlib's own file, with the stop bounds lowered so that the test takes seconds.
+    path.write_text(RLLIB_CARTPOLE_DQN.replace("episode_reward_mean: 150", "training_iteration: 2")
+                    .replace("timesteps_total: 50000", "timesteps_total: 100000"))
+    out = tmp_path / "run"
+    assert cli.main(["train", "--config", str(path), "--out", str(out), "--quiet",
+                     "--set", "timesteps_per_iteration=300", "--set", "buffer_size=2000"]) == 0
+    params = json.loads((out / "params.json").read_text())
+    assert (params["gamma"], params["n_step"], params["env"]) == (0.95, 3, "CartPole-v0")
+    assert params["stop"] == {"training_iteration": 2, "timesteps_total": 100000}
+    assert params["lr"] == 5e-4 and params["prioritized_replay"] is True  # RLlib's DQN defaults
+    assert [r["training_iteration"] for r in lines(out / "result.json")] == [1, 2]
+    # episode_reward_mean is a lower bound too: met by CartPole's first episodes (>= 8 steps).
+    path.write_text(RLLIB_CARTPOLE_DQN.replace("episode_reward_mean: 150", "episode_reward_mean: 1"))
+    out = tmp_path / "run2"
+    assert cli.main(["train", "--config", str(path), "--out", str(out), "--quiet"]) == 0
+    results = lines(out / "result.json")
+    assert results[-1]["episode_reward_mean"] >= 1
+    assert all(not r["episode_reward_mean"] >= 1 for r in results[:-1])
+
+
+def test_resume_continues_the_run_folder(tmp_path):
+    out = tmp_path / "run"
+    assert cli.main(["train", "--timesteps", "512", "--out", str(out), "--checkpoint-every", "1", *SMALL]) == 0
+    assert (out / "checkpoint_000001").is_dir() and (out / "checkpoint_000002").is_dir()
+    assert cli.main(["train", "--resume", str(out), "--timesteps", "1024", "--quiet"]) == 0
+    results = lines(out / "result.json")
+    assert [r["training_iteration"] for r in results] == [1, 2, 3, 4]
+    assert results[-1]["timesteps_total"] >= 1024
+    assert (out / "checkpoint_000004").is_dir()
+    # An uninterrupted run of 4 iterations gives the same episodes.
+    whole = tmp_path / "whole"
+    assert cli.main(["train", "--timesteps", "1024", "--out", str(whole), *SMALL]) == 0
+    assert [r["episode_reward_mean"] for r in lines(whole / "result.json")] == [
+        r["episode_reward_mean"] for r in results]
+
+
+def test_evaluate_and_plot(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["train", "--seeds", "3", "--timesteps", "768", "--out", str(out), *SMALL]) == 0
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(out), "--episodes", "2"]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == 3 and all("2 greedy episodes" in line for line in printed)
+    assert cli.main(["plot", str(out)]) == 0
+    png = out / "learning_curve.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    image = matplotlib.image.imread(png)
+    assert image.shape[0] > 300 and image.shape[1] > 500
+    assert np.std(image[..., :3]) > 0.05  # something was drawn
+
+
+ERRORS = [
+    (["train", "--bogus"], "unrecognized arguments: --bogus"),
+    (["train", "--algo", "ppo"], "invalid choice: 'ppo'"),
+    (["train", "--seeds", "0"], "--seeds 0 is invalid"),
+    (["train", "--set", "lr"], "expected key=value"),
+    (["train", "--set", "lrr=0.1"], "unknown config key 'lrr'. Did you mean ['lr']"),
+    (["train", "--set", "lr=-1"], "lr=-1 is invalid: must be a number > 0"),
+    (["train", "--set", "model.fcnet_hidens=[8]"], "unknown config key 'model.fcnet_hidens'"),
+    (["train", "--env", "NoSuchEnv-v0"], "env='NoSuchEnv-v0' is not a gymnax environment; valid: ["),
+    (["train", "--config", "/no/such/file.yaml"], "no such file"),
+    (["train", "--resume", "/no/such/run"], "no finished checkpoint at '/no/such/run'"),
+    (["train", "--resume", "/no/such/run", "--algo", "dqn"], "drop --algo"),
+    (["evaluate", "/no/such/run"], "no finished checkpoint"),
+    (["plot", "/no/such/run"], "is not a run folder"),
+]
+
+
+@pytest.mark.parametrize("argv, message", ERRORS, ids=[" ".join(a) for a, _ in ERRORS])
+def test_usage_errors_are_one_line_and_exit_2(argv, message, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert err.startswith("jaxdqn: error: ") and message in err, err
+
+
+@pytest.mark.parametrize("text, message", [
+    ("a: [1, 2\n", "is not valid YAML"),
+    ("- 1\n- 2\n", "expected a mapping"),
+    ("exp:\n  run: PPO\n  env: CartPole-v1\n", "run='PPO' is not supported"),
+    ("exp:\n  run: DQN\n  config:\n    num_sgd_iter: 3\n", "unknown or unsupported RLlib config key 'num_sgd_iter'"),
+    ("stop:\n  episode_len_mean: 10\n", "stop key 'episode_len_mean' is not supported"),
+    ("algo: simple_q\nn_step: 3\n", "SimpleQ requires n_step=1"),
+])
+def test_bad_config_files_are_one_line_errors(tmp_path, capsys, text, message):
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    assert cli.main(["train", "--config", str(path), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and message in err, err
+
+
+def test_the_console_script_trains_end_to_end(tmp_path):
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "jaxdqn.cli", "train", "--timesteps", "512", "--out", str(out),
+                           *SMALL[:-1]], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "stopped: timesteps_total" in done.stdout and "checkpoint_000002" in done.stdout
+    assert "tuned example cartpole-v1-dqn.yaml" in done.stderr
+    assert len(lines(out / "result.json")) == 2
