@@ -1,11 +1,16 @@
 """Test-wide set-up: 4 forced CPU devices (before jax is imported) and a jit/eager fixture."""
 
 import os
+import tempfile
 
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One persistent compilation cache for the session and its subprocesses: the Trainer, CLI and
+# fresh-process tests compile the same plans many times; a cache hit is the same executable.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="jaxdqn-xla-cache-"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
 
@@ -33,9 +34,17 @@ def lines(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_train_writes_a_tune_style_run_folder_per_seed(tmp_path, capsys):
-    out = tmp_path / "run"
-    assert cli.main(["train", "--seeds", "2", "--timesteps", "768", "--out", str(out), *SMALL]) == 0
+@pytest.fixture(scope="module")
+def run2(tmp_path_factory):
+    """One small 2-seed run, 3 iterations, a checkpoint after each (shared: compiles are slow)."""
+    out = tmp_path_factory.mktemp("cli") / "run"
+    assert cli.main(["train", "--seeds", "2", "--timesteps", "768", "--out", str(out), "--checkpoint-every", "1",
+                     *SMALL]) == 0
+    return out
+
+
+def test_train_writes_a_tune_style_run_folder_per_seed(run2, tmp_path):
+    out = run2
     params = json.loads((out / "params.json").read_text())
     assert params["algo"] == "dqn" and params["seeds"] == 2 and params["n_step"] == 3  # the tuned example
     assert params["buffer_size"] == 2000 and params["model"]["fcnet_hiddens"] == [16]
@@ -50,7 +59,7 @@ def test_train_writes_a_tune_style_run_folder_per_seed(tmp_path, capsys):
             results[-1]["info"]["learner"]["default_policy"]["learner_stats"]["mean_q"])
     seed0, seed1 = (lines(out / f"seed_{k}" / "result.json")[-1] for k in (0, 1))
     assert seed0["info"]["learner"] != seed1["info"]["learner"]
-    assert (out / "checkpoint_000003").is_dir()
+    assert [p.name for p in sorted(out.glob("checkpoint_*"))] == [f"checkpoint_00000{i}" for i in (1, 2, 3)]
     # params.json is itself a config file: the same run again.
     again = tmp_path / "again"
     assert cli.main(["train", "--config", str(out / "params.json"), "--out", str(again), "--quiet"]) == 0
@@ -74,37 +83,34 @@ def test_an_rllib_tuned_example_runs_unchanged_and_its_stop_block_is_honoured(tm
     # episode_reward_mean is a lower bound too: met by CartPole's first episodes (>= 8 steps).
     path.write_text(RLLIB_CARTPOLE_DQN.replace("episode_reward_mean: 150", "episode_reward_mean: 1"))
     out = tmp_path / "run2"
-    assert cli.main(["train", "--config", str(path), "--out", str(out), "--quiet"]) == 0
+    assert cli.main(["train", "--config", str(path), "--out", str(out), "--quiet",
+                     "--set", "timesteps_per_iteration=300", "--set", "buffer_size=2000"]) == 0
     results = lines(out / "result.json")
     assert results[-1]["episode_reward_mean"] >= 1
     assert all(not r["episode_reward_mean"] >= 1 for r in results[:-1])
 
 
-def test_resume_continues_the_run_folder(tmp_path):
+def test_resume_continues_the_run_folder(run2, tmp_path):
     out = tmp_path / "run"
-    assert cli.main(["train", "--timesteps", "512", "--out", str(out), "--checkpoint-every", "1", *SMALL]) == 0
-    assert (out / "checkpoint_000001").is_dir() and (out / "checkpoint_000002").is_dir()
-    assert cli.main(["train", "--resume", str(out), "--timesteps", "1024", "--quiet"]) == 0
-    results = lines(out / "result.json")
-    assert [r["training_iteration"] for r in results] == [1, 2, 3, 4]
-    assert results[-1]["timesteps_total"] >= 1024
-    assert (out / "checkpoint_000004").is_dir()
-    # An uninterrupted run of 4 iterations gives the same episodes.
-    whole = tmp_path / "whole"
-    assert cli.main(["train", "--timesteps", "1024", "--out", str(whole), *SMALL]) == 0
-    assert [r["episode_reward_mean"] for r in lines(whole / "result.json")] == [
-        r["episode_reward_mean"] for r in results]
+    shutil.copytree(run2, out)
+    assert cli.main(["train", "--resume", str(out), "--timesteps", "1024", "--quiet", "--keep", "2"]) == 0
+    for seed in (0, 1):
+        results = lines(out / f"seed_{seed}" / "result.json")
+        assert [r["training_iteration"] for r in results] == [1, 2, 3, 4]
+        steps = [r["timesteps_total"] for r in results]
+        assert steps == sorted(steps) and steps[-1] >= 1024
+        assert results[3]["episodes_total"] == results[2]["episodes_total"] + results[3]["episodes_this_iter"]
+    assert [p.name for p in sorted(out.glob("checkpoint_*"))] == ["checkpoint_000003", "checkpoint_000004"]
+    # (Bit-for-bit continuation across processes: tests/test_trainer.py.)
 
 
-def test_evaluate_and_plot(tmp_path, capsys):
-    out = tmp_path / "run"
-    assert cli.main(["train", "--seeds", "3", "--timesteps", "768", "--out", str(out), *SMALL]) == 0
+def test_evaluate_and_plot(run2, tmp_path, capsys):
     capsys.readouterr()
-    assert cli.main(["evaluate", str(out), "--episodes", "2"]) == 0
+    assert cli.main(["evaluate", str(run2), "--episodes", "2"]) == 0
     printed = capsys.readouterr().out.strip().splitlines()
-    assert len(printed) == 3 and all("2 greedy episodes" in line for line in printed)
-    assert cli.main(["plot", str(out)]) == 0
-    png = out / "learning_curve.png"
+    assert len(printed) == 2 and all("2 greedy episodes" in line for line in printed)
+    png = tmp_path / "curve.png"
+    assert cli.main(["plot", str(run2), "--output", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     import matplotlib.image
 
@@ -156,9 +162,9 @@ def test_bad_config_files_are_one_line_errors(tmp_path, capsys, text, message):
 
 def test_the_console_script_trains_end_to_end(tmp_path):
     out = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "jaxdqn.cli", "train", "--timesteps", "512", "--out", str(out),
-                           *SMALL[:-1]], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "jaxdqn.cli", "train", "--seeds", "2", "--timesteps", "512",
+                           "--out", str(out), *SMALL[:-1]], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "stopped: timesteps_total" in done.stdout and "checkpoint_000002" in done.stdout
     assert "tuned example cartpole-v1-dqn.yaml" in done.stderr
-    assert len(lines(out / "result.json")) == 2
+    assert len(lines(out / "seed_1" / "result.json")) == 2
