@@ -1,0 +1,207 @@
+"""Training speed: jaxdqn's execution plan against the compute floor and rejax's DQN.
+
+The configuration is PureJaxRL's CartPole-v1 DQN: 10 envs, buffer 10k, batch 128, learning
+starts 10k, one SGD step per 10 env steps, hard target sync every 500 env steps, MSE loss,
+Adam 2.5e-4 (no clipping), no double / dueling / PER, epsilon 1 -> 0.05 over half the run, a
+(120, 84) ReLU MLP, 500k env steps. Rows:
+
+- ``floor``: a scan of only the vmapped env step + greedy action, and one SGD step of the same
+  network on a fixed batch for every 10 env steps after learning starts: what any DQN must pay.
+- ``jaxdqn``: ``jaxdqn.make_train`` at that config (uniform replay), one seed.
+- ``jaxdqn PER``: the same with prioritized replay (alpha 0.6, beta 0.4).
+- ``jaxdqn x8 seeds``: ``jax.vmap`` over 8 seeds, reported per seed-run (8x the work).
+- ``rejax``: ``rejax.DQN`` (PyPI, ``pip install rejax``) at the closest config it allows: its
+  MLP is (64, 64) and it runs one greedy evaluation of 128 episodes at the end.
+
+Each row: compile time (lower + compile), median wall time of ``--repeats`` runs (one run for
+the 8-seed row, 8x the work), env steps/s,
+SGD steps/s and time relative to the floor. Usage::
+
+    python scripts/bench_train.py [--timesteps 500000] [--repeats 3] [--no-rejax] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxdqn import DQNConfig, ExplorationConfig, ModelConfig, SimpleQConfig, envs
+from jaxdqn.networks import make_network
+from jaxdqn.plan import make_train
+
+NUM_ENVS, BATCH, BUFFER, STARTS, TARGET_FREQ, LR = 10, 128, 10_000, 10_000, 500, 2.5e-4
+
+
+def purejaxrl_config(timesteps: int, prioritized: bool = False) -> DQNConfig:
+    common = dict(
+        env="CartPole-v1", total_timesteps=timesteps, num_envs_per_worker=NUM_ENVS,
+        rollout_fragment_length=1, train_batch_size=BATCH, training_intensity=BATCH / NUM_ENVS,
+        buffer_size=BUFFER, learning_starts=STARTS, target_network_update_freq=TARGET_FREQ,
+        td_error_loss_fn="mse", lr=LR, grad_clip=None, timesteps_per_iteration=10_000,
+        model=ModelConfig(fcnet_hiddens=(120, 84), fcnet_activation="relu"),
+        exploration_config=ExplorationConfig(final_epsilon=0.05, epsilon_timesteps=timesteps // 2),
+    )
+    if prioritized:
+        return DQNConfig(prioritized_replay=True, double_q=False, dueling=False, hiddens=(), **common)
+    return SimpleQConfig(**common)
+
+
+def make_floor(config: DQNConfig) -> Callable[[jax.Array], Any]:
+    """Env step + greedy action for every step; one SGD step (same network, loss, optimizer) on
+    a fixed batch per 10 env steps once learning starts. No replay, no exploration, no metrics."""
+    spec = envs.make_env(config.env)
+    network = make_network(config, spec.num_actions)
+    optimizer = optax.adam(config.lr)
+    iterations = config.total_timesteps // NUM_ENVS
+    warmup = config.learning_starts // NUM_ENVS
+
+    def env_step(carry):
+        obs, env_state, key = carry[:3]
+        key, step_key = jax.random.split(key)
+        action = jnp.argmax(network.apply(carry[3], obs).q, axis=-1)
+        out, env_state = envs.step(spec, step_key, env_state, action)
+        return out.obs, env_state, key
+
+    def sgd(params, target, opt_state, batch):
+        obs, action, reward, next_obs = batch
+
+        def loss(p):
+            q = jnp.take_along_axis(network.apply(p, obs).q, action[:, None], axis=-1)[:, 0]
+            y = reward + config.gamma * jnp.max(network.apply(target, next_obs).q, axis=-1)
+            return jnp.mean((q - jax.lax.stop_gradient(y)) ** 2)
+
+        grads = jax.grad(loss)(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    def run(key):
+        reset_key, init_key, batch_key, key = jax.random.split(key, 4)
+        obs, env_state = envs.reset(spec, reset_key, NUM_ENVS)
+        params = network.init(init_key, obs)
+        opt_state = optimizer.init(params)
+        k1, k2, k3 = jax.random.split(batch_key, 3)
+        batch = (jax.random.normal(k1, (BATCH,) + spec.obs_shape),
+                 jax.random.randint(k2, (BATCH,), 0, spec.num_actions),
+                 jnp.ones((BATCH,)), jax.random.normal(k3, (BATCH,) + spec.obs_shape))
+
+        def warm(carry, _):
+            return (*env_step(carry), carry[3]), None
+
+        def learn(carry, _):
+            obs, env_state, key, params, opt_state = carry
+            obs, env_state, key = env_step((obs, env_state, key, params))
+            params, opt_state = sgd(params, params, opt_state, batch)
+            return (obs, env_state, key, params, opt_state), None
+
+        carry, _ = jax.lax.scan(warm, (obs, env_state, key, params), None, length=warmup)
+        carry, _ = jax.lax.scan(learn, (*carry, opt_state), None, length=iterations - warmup)
+        return carry[3]
+
+    return run
+
+
+class FiveTupleEnv:
+    """gymnax 1.0's env behind the 0.x ``step -> (obs, state, reward, done, info)`` API that
+    rejax 0.1 expects (``done = terminated | truncated``, as rejax's own gymnax would give)."""
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "env":  # copy/pickle probe before __init__ ran
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    def step(self, key, state, action, params=None):
+        obs, state, reward, terminated, truncated, info = self.env.step(key, state, action, params)
+        return obs, state, reward, jnp.logical_or(terminated, truncated), info
+
+    def reset(self, key, params=None):
+        return self.env.reset(key, params)
+
+
+def make_rejax(timesteps: int) -> Callable[[jax.Array], Any]:
+    import gymnax
+    from rejax import DQN  # benchmark-only dependency
+
+    env, env_params = gymnax.make("CartPole-v1")
+    algo = DQN.create(
+        env=FiveTupleEnv(env), env_params=env_params, num_envs=NUM_ENVS, buffer_size=BUFFER, fill_buffer=STARTS, batch_size=BATCH,
+        learning_rate=LR, total_timesteps=timesteps, eval_freq=timesteps, skip_initial_evaluation=True,
+        target_update_freq=TARGET_FREQ, polyak=0.0, ddqn=False, num_epochs=1, eps_start=1.0, eps_end=0.05,
+        exploration_fraction=0.5, gamma=0.99, agent_kwargs={"activation": "relu"},
+    )
+    return algo.train
+
+
+def time_it(fn: Callable[[jax.Array], Any], repeats: int) -> tuple[float, float, Any]:  # noqa: D103
+    """(compile seconds, median run seconds, last output)."""
+    start = time.perf_counter()
+    compiled = jax.jit(fn).lower(jax.random.key(0)).compile()
+    compile_s = time.perf_counter() - start
+    runs, out = [], None
+    for i in range(repeats):
+        start = time.perf_counter()
+        out = jax.block_until_ready(compiled(jax.random.key(i)))
+        runs.append(time.perf_counter() - start)
+    return compile_s, statistics.median(runs), out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--timesteps", type=int, default=500_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-rejax", action="store_true", help="skip the rejax row")
+    parser.add_argument("--json", help="also write the rows to this file")
+    args = parser.parse_args()
+
+    steps = args.timesteps
+    sgd_steps = (steps - STARTS) // NUM_ENVS
+    rows: list[dict[str, Any]] = []
+
+    def add(name: str, fn: Callable, seeds: int = 1, returns: Callable[[Any], float] | None = None) -> None:
+        # The stacked-seed row does 8x the work: one run of it is as long as 8 of the others.
+        compile_s, run_s, out = time_it(fn, args.repeats if seeds == 1 else 1)
+        per_seed = run_s / seeds
+        rows.append(dict(name=name, compile_s=compile_s, run_s=run_s, seeds=seeds,
+                         env_steps_per_s=steps / per_seed, sgd_steps_per_s=sgd_steps / per_seed,
+                         final_return=None if returns is None else returns(out)))
+        print(f"  {name}: compile {compile_s:.1f}s, run {run_s:.2f}s", flush=True)
+
+    jaxdqn_return = lambda out: float(np.mean(np.asarray(out[1]["episode_reward_mean"])[..., -1]))  # noqa: E731
+    add("floor", make_floor(purejaxrl_config(steps)))
+    add("jaxdqn", make_train(purejaxrl_config(steps)), returns=jaxdqn_return)
+    add("jaxdqn PER", make_train(purejaxrl_config(steps, prioritized=True)), returns=jaxdqn_return)
+    train = make_train(purejaxrl_config(steps))
+    add("jaxdqn x8 seeds", lambda key: jax.vmap(train)(jax.random.split(key, 8)), seeds=8, returns=jaxdqn_return)
+    if not args.no_rejax:
+        add("rejax", make_rejax(steps), returns=lambda out: float(np.mean(np.asarray(out[1][1]))))
+
+    floor = rows[0]["run_s"]
+    print(f"\nCartPole-v1, PureJaxRL DQN config, {steps} env steps, median of {args.repeats}, "
+          f"{jax.devices()[0].device_kind} ({jax.default_backend()})")
+    print(f"| {'run':<16} | compile s | run s (per seed) | env steps/s | SGD steps/s | time / floor | final return |")
+    print(f"|{'-' * 18}|-----------|------------------|-------------|-------------|--------------|--------------|")
+    for r in rows:
+        per_seed = r["run_s"] / r["seeds"]
+        ret = "" if r["final_return"] is None else f"{r['final_return']:.0f}"
+        print(f"| {r['name']:<16} | {r['compile_s']:9.1f} | {per_seed:16.2f} | {r['env_steps_per_s']:11,.0f} | "
+              f"{r['sgd_steps_per_s']:11,.0f} | {per_seed / floor:12.2f} | {ret:>12} |")
+    uniform = rows[1]["run_s"]
+    print(f"\nPER / uniform: {rows[2]['run_s'] / uniform:.2f}x;  8 seeds / (8 x one seed): "
+          f"{rows[3]['run_s'] / (8 * uniform):.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
