@@ -111,6 +111,7 @@ class Trainer:
         self.iteration = 0
         self.time_total_s = 0.0
         self.evaluations = 0
+        self._explore_draws = 0
 
     # --- state -----------------------------------------------------------------------------
     def _keys(self) -> jax.Array:
@@ -144,22 +145,22 @@ class Trainer:
         state = self.state
         self._state = None  # donated below: never keep a handle on deleted buffers
         start = time.perf_counter()
-        before = np.asarray(jax.device_get(state.metrics.num_steps_sampled))
-        trained_before = np.asarray(jax.device_get(state.metrics.num_steps_trained))
         state, report = self._chunk(state)
-        report = jax.device_get(report)
+        report = jax.device_get(report)  # the one host round-trip: a few scalars per seed
         self._state = state
         seconds = time.perf_counter() - start
         self.iteration += 1
         self.time_total_s += seconds
-        report = {**report, "num_steps_trained_this_iter": np.asarray(report["num_steps_trained"]) - trained_before}
-        this_iter = np.asarray(report["num_steps_sampled"]) - before
+        s = self.plan.schedule  # a chunk is a static number of store and replay steps
+        sampled = s.iterations_per_chunk * s.stores * s.steps_per_store
+        trained = s.iterations_per_chunk * s.replays * self.config.train_batch_size
+        report = {**report, "num_steps_trained_this_iter": trained}
         if self.num_seeds is None:
-            return result_dict(report, iteration=self.iteration, timesteps_this_iter=int(this_iter),
+            return result_dict(report, iteration=self.iteration, timesteps_this_iter=sampled,
                                time_this_iter_s=seconds, time_total_s=self.time_total_s)
-        return [result_dict({k: np.asarray(v)[s] for k, v in report.items()}, iteration=self.iteration,
-                            timesteps_this_iter=int(this_iter[s]), time_this_iter_s=seconds,
-                            time_total_s=self.time_total_s) for s in range(self.num_seeds)]
+        return [result_dict({k: np.asarray(v)[seed] if np.ndim(v) else v for k, v in report.items()},
+                            iteration=self.iteration, timesteps_this_iter=sampled, time_this_iter_s=seconds,
+                            time_total_s=self.time_total_s) for seed in range(self.num_seeds)]
 
     def evaluate(self) -> dict[str, Any] | list[dict[str, Any]]:
         """``evaluation_num_episodes`` greedy episodes: ``{"evaluation": {episode_reward_mean, ...}}``."""
@@ -191,7 +192,8 @@ class Trainer:
         if explore:
             sampled = self._seed_view(self.state.metrics.num_steps_sampled, seed)
             eps = float(exploration.epsilon(self.config.exploration_config, sampled))
-            rng = np.random.default_rng([self.config.seed, seed, self.iteration, int(sampled)])
+            self._explore_draws += 1  # a fresh draw per call, reproducible from the seed
+            rng = np.random.default_rng([self.config.seed, seed, int(sampled), self._explore_draws])
             if rng.random() < eps:
                 action = int(rng.integers(self.plan.spec.num_actions))
         return action
