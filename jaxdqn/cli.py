@@ -189,7 +189,7 @@ def build_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int | None
 
 def should_stop(results: list[dict[str, Any]], stop: Mapping[str, Any]) -> str | None:
     """The first stop criterion met by every seed (RLlib's ``stop``: each key is a lower bound)."""
-    for key in STOP_KEYS:
+    for key in STOP_KEYS:  # timesteps_total is always set (the run's length)
         if key in stop and all(not math.isnan(r[key]) and r[key] >= stop[key] for r in results):
             return f"{key} >= {stop[key]}"
     return None
@@ -239,8 +239,6 @@ def run_loop(trainer: Any, stop: Mapping[str, Any], logger: Any, run_dir: pathli
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("return {task.fields[ret]}"), TextColumn("{task.fields[sps]} steps/s"),
                TimeRemainingColumn()]
-    results: list[dict[str, Any]] = []
-    reason = "timesteps_total"
     with Progress(*columns, console=Console(stderr=True), disable=quiet) as progress:
         task = progress.add_task("training", total=total, completed=min(trainer.timesteps_total, total),
                                  ret="-", sps="-")
