@@ -263,8 +263,9 @@ def print_summary(results: list[dict[str, Any]], reason: str, path: str, *, quie
     from rich.table import Table
 
     table = Table(title=f"stopped: {reason}")
-    for column in ("seed", "episode_reward_mean", "episode_len_mean", "episodes_total", "timesteps_total",
-                   "training_iteration", "time_total_s"):
+    # Short headers for RLlib's episode_reward_mean, episode_len_mean, episodes_total,
+    # timesteps_total, training_iteration, time_total_s: the table fits 80 columns.
+    for column in ("seed", "reward_mean", "len_mean", "episodes", "timesteps", "iteration", "time_s"):
         table.add_column(column, justify="right")
     for k, r in enumerate(results):
         table.add_row(str(k), f"{r['episode_reward_mean']:.1f}", f"{r['episode_len_mean']:.1f}",
