@@ -12,7 +12,6 @@ returns RLlib's result dict; the only host round-trip is the chunk's small repor
 from __future__ import annotations
 
 import datetime
-import math
 import os
 import time
 from typing import Any, Mapping
@@ -255,12 +254,6 @@ class Trainer:
     def timesteps_total(self) -> int:
         """Env steps sampled so far (the smallest over seeds; they are equal by construction)."""
         return int(np.min(jax.device_get(self.state.metrics.num_steps_sampled)))
-
-    def iterations_for(self, timesteps: int) -> int:
-        """``train()`` calls needed to reach ``timesteps`` sampled env steps from now."""
-        s = self.plan.schedule
-        per_chunk = s.iterations_per_chunk * s.stores * s.steps_per_store
-        return max(0, math.ceil((timesteps - self.timesteps_total) / per_chunk))
 
     def __repr__(self) -> str:
         seeds = "" if self.num_seeds is None else f", num_seeds={self.num_seeds}"
