@@ -122,8 +122,7 @@ def restore(path: str | os.PathLike, template: Any) -> tuple[Any, dict[str, Any]
                      f"{len(saved or [])} arrays vs {len(wanted)}")
         raise ValueError(f"checkpoint {str(path)!r} holds another state layout (saved vs expected: {first})")
     abstract = _items([jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves])
-    restored = _checkpointer().restore(
-        path.absolute(), args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+    restored = _checkpointer().restore(path.absolute(), args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
     arrays = dict(restored.state)
     out = []
     for i, (t, x) in enumerate(zip(jax.tree_util.tree_leaves(template), leaves)):
@@ -134,4 +133,4 @@ def restore(path: str | os.PathLike, template: Any) -> tuple[Any, dict[str, Any]
                 raise ValueError(f"checkpoint key {names[i]} needs PRNG {t.dtype}; this process makes "
                                  f"{value.dtype} (set jax_default_prng_impl as when it was saved)")
         out.append(value)
-    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(template), out), dict(restored.meta)
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(template), out), meta
