@@ -23,6 +23,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 PREFIX = "checkpoint_"
@@ -38,8 +39,11 @@ def _flat(tree: Any) -> tuple[list[str], list[Any]]:
     (``ShapeDtypeStruct`` leaves give ``ShapeDtypeStruct``s)."""
     with_paths, _ = jax.tree_util.tree_flatten_with_path(tree)
     names = [jax.tree_util.keystr(path) for path, _ in with_paths]
+    # Key data as host arrays: tiny, and serializable in a multi-process run (a gathered key is
+    # a host-local jax.Array there, which orbax refuses).
     raw = lambda x: jax.random.key_data(x) if _is_key(x) else x  # noqa: E731
-    leaves = [jax.eval_shape(raw, x) if isinstance(x, jax.ShapeDtypeStruct) else raw(x) for _, x in with_paths]
+    leaves = [jax.eval_shape(raw, x) if isinstance(x, jax.ShapeDtypeStruct)
+              else np.asarray(raw(x)) if _is_key(x) else x for _, x in with_paths]
     return names, leaves
 
 
@@ -66,7 +70,8 @@ def save(directory: str | os.PathLike, iteration: int, state: Any, meta: dict[st
     """Write ``state`` (any pytree of arrays) and ``meta`` (JSON) atomically; returns the path.
 
     ``keep``: delete all but the newest ``keep`` finished checkpoints in ``directory`` after a
-    successful save (``None`` keeps every one)."""
+    successful save (``None`` keeps every one). With several processes (``jax.distributed``)
+    every process calls it with the same host arrays; orbax has process 0 write."""
     path = path_for(directory, iteration)
     path.parent.mkdir(parents=True, exist_ok=True)
     names, leaves = _flat(state)
@@ -74,7 +79,7 @@ def save(directory: str | os.PathLike, iteration: int, state: Any, meta: dict[st
     args = ocp.args.Composite(state=ocp.args.StandardSave(_items(leaves)), meta=ocp.args.JsonSave(meta))
     checkpointer = _checkpointer()
     checkpointer.save(path.absolute(), args=args, force=True)
-    if keep is not None:
+    if keep is not None and jax.process_index() == 0:
         for old in finished(directory)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     return path

@@ -138,6 +138,8 @@ def document_to_spec(doc: Any, source: str) -> tuple[str, dict[str, Any], dict[s
             rllib["env"] = experiment["env"]
         stop = dict(experiment.get("stop") or {})
         config = to_dict(config_class(algo).from_rllib(rllib))
+        if rllib.get("_fake_gpus") and config["num_devices"] != 1:
+            config["_fake_devices"] = config["num_devices"]  # taken out again in train()
         if "timesteps_total" in stop:
             config["total_timesteps"] = int(stop["timesteps_total"])
         return algo, config, stop, None
@@ -149,8 +151,9 @@ def document_to_spec(doc: Any, source: str) -> tuple[str, dict[str, Any], dict[s
     return algo, doc, stop, seeds
 
 
-def build_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int | None, str]:
-    """``(config, stop, seeds, source)`` from the flags; raises UsageError / ValueError."""
+def build_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int | None, str, int | None]:
+    """``(config, stop, seeds, source, fake_devices)`` from the flags (``fake_devices``: host
+    devices to force for RLlib's ``_fake_gpus``); raises UsageError / ValueError."""
     from jaxdqn.config import from_dict
 
     if args.config:
@@ -182,9 +185,10 @@ def build_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int | None
         raise UsageError(f"stop key {bad[0]!r} is not supported; supported: {list(STOP_KEYS)}")
     if seeds is not None and (not isinstance(seeds, int) or seeds < 1):
         raise UsageError(f"seeds={seeds!r} is invalid: must be an int >= 1")
+    fake_devices = config.pop("_fake_devices", None)
     config = from_dict(config, algo)
     stop.setdefault("timesteps_total", config.total_timesteps)
-    return config, stop, (None if seeds in (None, 1) else seeds), source
+    return config, stop, (None if seeds in (None, 1) else seeds), source, fake_devices
 
 
 def should_stop(results: list[dict[str, Any]], stop: Mapping[str, Any]) -> str | None:
@@ -196,12 +200,35 @@ def should_stop(results: list[dict[str, Any]], stop: Mapping[str, Any]) -> str |
 
 
 # --- commands ------------------------------------------------------------------------------------
+def start_processes(args: argparse.Namespace, fake_devices: int | None = None) -> None:
+    """Forced host devices and ``jax.distributed``, before JAX computes anything."""
+    from jaxdqn import distributed as processes
+
+    distributed = args.coordinator is not None or args.num_processes is not None
+    local = args.local_devices or fake_devices
+    with as_usage_errors():
+        if distributed:
+            if args.process_id is None and args.num_processes is not None:
+                raise UsageError("--num-processes needs --process-id (or neither, for cluster auto-detection)")
+            processes.initialize(args.coordinator, args.num_processes, args.process_id, local_device_count=local)
+        elif local:
+            try:
+                processes.force_host_devices(local)
+            except RuntimeError as e:
+                raise UsageError(str(e)) from None
+
+
 def train(args: argparse.Namespace) -> int:
-    from jaxdqn import checkpoint
     from jaxdqn.config import algo_of, to_dict
+
+    fake_devices = None
+    if not args.resume:
+        with as_usage_errors():
+            config, stop, seeds, source, fake_devices = build_run(args)
+    start_processes(args, fake_devices)  # before anything imports gymnax (which starts JAX)
+    from jaxdqn import checkpoint
     from jaxdqn.logging import RunLogger
     from jaxdqn.trainer import Trainer
-
     if args.resume:
         clash = [f for f in ("config", "algo", "env", "set", "seeds") if getattr(args, f)]
         if clash:
@@ -214,18 +241,21 @@ def train(args: argparse.Namespace) -> int:
         run_dir = pathlib.Path(args.out) if args.out else checkpoint.resolve(args.resume).resolve().parent
     else:
         with as_usage_errors():
-            config, stop, seeds, source = build_run(args)
             trainer = Trainer(config, num_seeds=seeds)
         stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
         run_dir = pathlib.Path(args.out or f"results/{algo_of(config)}_{config.env}_{stamp}")
-    logger = RunLogger(run_dir, seeds)
-    logger.write_params({"algo": algo_of(config), "seeds": seeds or 1, "stop": stop, **to_dict(config)})
-    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
-    say(f"jaxdqn: {algo_of(config)} on {config.env}, {seeds or 1} seed(s), config from {source}; run folder {run_dir}")
+    writer = trainer.layout.process_index == 0  # one process writes logs and checkpoints
+    quiet = args.quiet or not writer
+    logger = RunLogger(run_dir, seeds) if writer else None
+    if logger is not None:
+        logger.write_params({"algo": algo_of(config), "seeds": seeds or 1, "stop": stop, **to_dict(config)})
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
+    say(f"jaxdqn: {algo_of(config)} on {config.env}, {seeds or 1} seed(s), {trainer.layout.describe()}, "
+        f"config from {source}; run folder {run_dir}")
 
-    results, reason = run_loop(trainer, stop, logger, run_dir, args.checkpoint_every, args.keep, args.quiet)
+    results, reason = run_loop(trainer, stop, logger, run_dir, args.checkpoint_every, args.keep, quiet)
     path = trainer.save(run_dir, keep=args.keep)
-    print_summary(results, reason, path, quiet=args.quiet)
+    print_summary(results, reason, path, quiet=quiet)
     return 0
 
 
@@ -245,7 +275,8 @@ def run_loop(trainer: Any, stop: Mapping[str, Any], logger: Any, run_dir: pathli
         while True:
             out = trainer.train()
             results = out if isinstance(out, list) else [out]
-            logger.write(results)
+            if logger is not None:
+                logger.write(results)
             first = results[0]
             mean_return = sum(r["episode_reward_mean"] for r in results) / len(results)
             progress.update(task, completed=min(first["timesteps_total"], total),
@@ -279,9 +310,14 @@ def print_summary(results: list[dict[str, Any]], reason: str, path: str, *, quie
 def evaluate(args: argparse.Namespace) -> int:
     from jaxdqn.trainer import Trainer
 
+    from jaxdqn import checkpoint
+
     overrides = {"evaluation_num_episodes": args.episodes} if args.episodes else {}
     with as_usage_errors():
-        trainer = Trainer.from_checkpoint(args.checkpoint, **overrides)
+        # Greedy episodes need only the params: any checkpoint evaluates on one device.
+        meta = checkpoint.read_meta(args.checkpoint)
+        sharded = meta.get("num_seeds") is None and meta.get("num_devices", 1) > 1
+        trainer = Trainer.from_checkpoint(args.checkpoint, num_devices=1, learner_only=sharded, **overrides)
     out = trainer.evaluate()
     results = out if isinstance(out, list) else [out]
     for k, r in enumerate(results):
@@ -365,6 +401,12 @@ def make_parser() -> Parser:
     t.add_argument("--keep", type=int, metavar="N", help="keep only the newest N checkpoints")
     t.add_argument("--resume", metavar="PATH", help="continue from a checkpoint (or a run folder's newest)")
     t.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    d = t.add_argument_group("devices and processes (--set num_devices=N|auto picks the devices)")
+    d.add_argument("--local-devices", type=int, metavar="N",
+                   help="split the CPU into N devices (RLlib's _fake_gpus; tests of multi-device runs)")
+    d.add_argument("--coordinator", metavar="HOST:PORT", help="multi-process run: process 0's address")
+    d.add_argument("--num-processes", type=int, metavar="N", help="multi-process run: how many processes")
+    d.add_argument("--process-id", type=int, metavar="I", help="multi-process run: this process's index")
     t.set_defaults(func=train)
 
     e = commands.add_parser("evaluate", help="greedy episodes of a checkpoint")
@@ -385,10 +427,10 @@ def make_parser() -> Parser:
 
 
 def check(args: argparse.Namespace) -> None:
-    for flag in ("timesteps", "seeds", "keep", "episodes"):
+    for flag in ("timesteps", "seeds", "keep", "episodes", "local_devices", "num_processes"):
         value = getattr(args, flag, None)
         if value is not None and value < 1:
-            raise UsageError(f"--{flag} {value} is invalid: must be >= 1")
+            raise UsageError(f"--{flag.replace('_', '-')} {value} is invalid: must be >= 1")
     if getattr(args, "checkpoint_every", 0) < 0:
         raise UsageError(f"--checkpoint-every {args.checkpoint_every} is invalid: must be >= 0")
 

@@ -138,7 +138,7 @@ class DQNConfig:
     env_params: tuple[tuple[str, Any], ...] = ()  # a mapping is accepted and stored sorted
     total_timesteps: int = 100_000
     seed: int = 0
-    num_devices: int = 1
+    num_devices: int | str = 1  # devices the plan is pmapped over; "auto": all of them
     td_error_loss_fn: str = "huber"
     # --- RLlib's common keys ---
     gamma: float = 0.99
@@ -192,7 +192,8 @@ class DQNConfig:
         _set(self, "env_params", params)
         _int("total_timesteps", self.total_timesteps, 1)
         _int("seed", self.seed, 0)
-        _int("num_devices", self.num_devices, 1)
+        if self.num_devices != "auto" and (not _is_int(self.num_devices) or self.num_devices < 1):
+            _fail("num_devices", self.num_devices, "must be an int >= 1 or 'auto' (every device)")
         if self.td_error_loss_fn not in LOSS_FNS:
             _fail("td_error_loss_fn", self.td_error_loss_fn, f"supported: {list(LOSS_FNS)}")
         _number("gamma", self.gamma, 0.0, 1.0)
@@ -311,6 +312,9 @@ def _map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
     fields = {f.name for f in dataclasses.fields(cls)}
     out: dict[str, Any] = {}
     for key, value in config.items():
+        if key == "num_gpus" and _is_number(value) and value >= 2:
+            out["num_devices"] = int(value)  # RLlib's multi-GPU learner: our data-parallel devices
+            continue
         if key in IGNORED_KEYS:
             continue
         if key == "model":

@@ -13,6 +13,15 @@ shell), ``train(key)`` (``total_timesteps``), ``evaluate(params, key)`` (greedy 
 ``act(params, obs)``. ``make_train(config)`` is ``make_plan(config).train``: ``jax.jit(jax.vmap(
 train))(keys)`` trains many independent seeds at once.
 
+Data parallelism: with ``axis_name`` (the plan then runs inside ``parallel``'s ``pmap``) and
+``num_replicas = D``, each replica steps ``num_envs / D`` environments into its own replay shard
+of ``buffer_size / D`` items and replays ``train_batch_size / D`` of them; gradients and learner
+statistics are averaged over the axis (``learner.make_train_step``), so the params, the target
+and the counters (which count the totals of all replicas, as RLlib's do) are the same on every
+replica. Episode metrics are gathered from all replicas. ``init`` draws the network from the
+shared key and everything else (envs, exploration, replay) from the key folded with the replica
+index.
+
 Feed-forward Q-networks only for now: sequence replay (``model.use_lstm``) is issue 7.
 """
 
@@ -36,10 +45,10 @@ RING = 100  # episodes over which RLlib reports episode_reward_mean (metrics_smo
 
 
 class Metrics(NamedTuple):
-    """On-device counters (RLlib's names) and the last ``RING`` completed episodes."""
+    """On-device counters (RLlib's names) and the last ``ring_size(D)`` completed episodes."""
 
-    returns: Array  # [RING] float32
-    lengths: Array  # [RING] int32
+    returns: Array  # [ring] float32
+    lengths: Array  # [ring] int32
     ring_pos: Array  # [] int32
     episodes_total: Array  # [] int32
     num_steps_sampled: Array  # [] int32
@@ -98,15 +107,21 @@ def repeat(step: Callable[[Any, None], tuple[Any, None]], state: Any, times: int
     return lax.scan(step, state, None, length=times)[0]
 
 
+def ring_size(num_replicas: int) -> int:
+    """Episodes each replica keeps, so that all replicas together report about the last ``RING``."""
+    return math.ceil(RING / num_replicas)
+
+
 def record_episodes(metrics: Metrics, episodes: rollout.Episodes) -> Metrics:
     """Write the episodes that ended into the ring, in time-major order."""
+    ring = metrics.returns.shape[0]
     done = episodes.done.reshape(-1)
     slot = metrics.ring_pos + jnp.cumsum(done) - 1
-    slot = jnp.where(done, slot % RING, RING)  # RING: dropped
+    slot = jnp.where(done, slot % ring, ring)  # ring: dropped
     return metrics._replace(
         returns=metrics.returns.at[slot].set(episodes.episode_return.reshape(-1), mode="drop"),
         lengths=metrics.lengths.at[slot].set(episodes.episode_length.reshape(-1), mode="drop"),
-        ring_pos=(metrics.ring_pos + jnp.sum(done)).astype(jnp.int32) % RING,
+        ring_pos=(metrics.ring_pos + jnp.sum(done)).astype(jnp.int32) % ring,
         episodes_total=metrics.episodes_total + jnp.sum(done).astype(jnp.int32),
     )
 
@@ -139,19 +154,39 @@ def make_train(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = N
     return make_plan(config, before_learn_on_batch=before_learn_on_batch).train
 
 
-def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = None) -> Plan:
-    """The ``Plan`` for ``config``; see the module docstring."""
+def split_totals(config: DQNConfig, num_replicas: int) -> tuple[int, int, int]:
+    """``(num_envs, buffer_size, train_batch_size)`` of one replica: the totals split evenly.
+    A total that ``num_replicas`` does not divide raises a ``ValueError`` naming it."""
+    envs_key = "num_envs_per_worker" if config.num_workers <= 1 else "num_workers * num_envs_per_worker"
+    totals = {envs_key: config.num_envs, "buffer_size": config.buffer_size,
+              "train_batch_size": config.train_batch_size}
+    for key, total in totals.items():
+        if total % num_replicas:
+            lower = total // num_replicas * num_replicas
+            raise ValueError(f"{key}={total} is invalid with num_devices={num_replicas}: totals are split "
+                             f"evenly over the devices; use a multiple of {num_replicas} such as "
+                             f"{max(lower, num_replicas)} or {lower + num_replicas}")
+    return tuple(total // num_replicas for total in totals.values())
+
+
+def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = None,
+              axis_name: str | None = None, num_replicas: int = 1) -> Plan:
+    """The ``Plan`` for ``config``; with ``axis_name``, one replica of ``num_replicas`` (see the
+    module docstring)."""
     if config.model.use_lstm:
         raise ValueError("model.use_lstm=True: sequence replay in the execution plan comes with issue 7")
+    if num_replicas > 1 and axis_name is None:
+        raise ValueError(f"num_replicas={num_replicas} needs the axis_name of the device axis")
+    num_envs, buffer_size, batch_size = split_totals(config, num_replicas)
     spec = envs.make_env(config.env, config.env_params)
     network = make_network(config, spec.num_actions)
     optimizer = learner.make_optimizer(config)
-    train_step = learner.make_train_step(config, network, optimizer)
+    train_step = learner.make_train_step(config, network, optimizer, axis_name=axis_name)
     if config.prioritized_replay:
-        buf = buffers.prioritized(config.buffer_size, alpha=config.prioritized_replay_alpha,
+        buf = buffers.prioritized(buffer_size, alpha=config.prioritized_replay_alpha,
                                   eps=config.prioritized_replay_eps)
     else:
-        buf = buffers.uniform(config.buffer_size)
+        buf = buffers.uniform(buffer_size)
     schedule = make_schedule(config)
     n, length = config.n_step, config.rollout_fragment_length
     beta_points = [(0, config.prioritized_replay_beta),
@@ -179,7 +214,7 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         key, sample_key, train_key = jax.random.split(state.key, 3)
         sampled = state.metrics.num_steps_sampled
         beta = exploration.piecewise_linear(beta_points, sampled)
-        sample = buf.sample(state.buffer, sample_key, config.train_batch_size, beta)
+        sample = buf.sample(state.buffer, sample_key, batch_size, beta)
         if before_learn_on_batch is not None:
             key, hook_key = jax.random.split(key)
             sample = before_learn_on_batch(sample, hook_key)
@@ -202,12 +237,16 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
 
     def init(key: Array) -> TrainState:
         """Fresh learner, empty buffer, primed actor, then the warm-up stores."""
-        learner_key, env_key, prime_key, key = jax.random.split(key, 4)
-        actor = rollout.init(spec, env_key, config.num_envs, n)
+        learner_key, key = jax.random.split(key)  # the network: the same on every replica
+        if axis_name is not None:
+            key = jax.random.fold_in(key, lax.axis_index(axis_name))
+        env_key, prime_key, key = jax.random.split(key, 3)
+        actor = rollout.init(spec, env_key, num_envs, n)
         learner_state = learner.init(network, optimizer, learner_key, actor.obs)
         zero = lambda dtype=jnp.int32: jnp.zeros((), dtype)  # noqa: E731
         info = learner.LearnInfo(*(jnp.zeros((), jnp.float32) for _ in range(7)), jnp.zeros((0,), jnp.float32))
-        metrics = Metrics(returns=jnp.zeros((RING,), jnp.float32), lengths=jnp.zeros((RING,), jnp.int32),
+        ring = ring_size(num_replicas)
+        metrics = Metrics(returns=jnp.zeros((ring,), jnp.float32), lengths=jnp.zeros((ring,), jnp.int32),
                           ring_pos=zero(), episodes_total=zero(), num_steps_sampled=zero(),
                           num_steps_trained=zero(), num_target_updates=zero(), last_target_update_ts=zero(),
                           learner=info)
@@ -220,19 +259,25 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         state = state._replace(actor=actor, metrics=metrics)
         return repeat(store, state, schedule.warmup_stores)
 
+    def gather(x: Array) -> Array:  # [...] -> [D, ...]: every replica's value
+        return lax.all_gather(x, axis_name) if axis_name is not None else x[None]
+
     def report(state: TrainState, episodes_before: Array) -> dict[str, Array]:
         m = state.metrics
-        count = jnp.minimum(m.episodes_total, RING)
-        valid = jnp.arange(RING) < count
+        ring = m.returns.shape[0]
+        totals = gather(m.episodes_total)  # [D]
+        valid = jnp.arange(ring)[None, :] < jnp.minimum(totals, ring)[:, None]  # [D, ring]
         nan = jnp.float32(jnp.nan)
-        returns = jnp.where(valid, m.returns, nan)
+        returns = jnp.where(valid, gather(m.returns), nan)
+        lengths = jnp.where(valid, gather(m.lengths).astype(jnp.float32), nan)
+        episodes_total = jnp.sum(totals)
         return {
             "episode_reward_mean": jnp.nanmean(returns),
             "episode_reward_min": jnp.nanmin(returns),
             "episode_reward_max": jnp.nanmax(returns),
-            "episode_len_mean": jnp.nanmean(jnp.where(valid, m.lengths.astype(jnp.float32), nan)),
-            "episodes_this_iter": m.episodes_total - episodes_before,
-            "episodes_total": m.episodes_total,
+            "episode_len_mean": jnp.nanmean(lengths),
+            "episodes_this_iter": episodes_total - jnp.sum(gather(episodes_before)),
+            "episodes_total": episodes_total,
             "timesteps_total": m.num_steps_sampled,
             "num_steps_sampled": m.num_steps_sampled,
             "num_steps_trained": m.num_steps_trained,

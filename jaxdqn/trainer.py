@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxdqn
-from jaxdqn import checkpoint, exploration
+from jaxdqn import checkpoint, exploration, parallel
 from jaxdqn.config import DQNConfig, algo_of, from_dict, to_dict
-from jaxdqn.plan import BatchHook, make_plan
+from jaxdqn.plan import BatchHook
 
 # Keys that may differ between a checkpoint and the config that restores it: they change how
 # long or how often the shell runs things, never the state or the arithmetic of a step.
@@ -89,6 +89,10 @@ class Trainer:
         (seed ``k`` is ``jax.random.split(key(config.seed), S)[k]``); ``train()`` then returns a
         list of ``S`` result dicts.
       before_learn_on_batch: RLlib's hook, a pure ``(Sample, key) -> Sample``.
+
+    ``config.num_devices`` (``"auto"``: all) runs the plan on several devices, data parallel, or,
+    with ``num_seeds``, the seeds spread over the devices (``jaxdqn.parallel``); the layout is
+    checked here, before anything compiles.
     """
 
     def __init__(self, config: DQNConfig | Mapping[str, Any], *, algo: str = "dqn",
@@ -100,10 +104,11 @@ class Trainer:
             raise ValueError(f"num_seeds={num_seeds!r} is invalid: must be None or an int >= 1")
         self.config = config
         self.num_seeds = num_seeds
-        self.plan = make_plan(config, before_learn_on_batch=before_learn_on_batch)
+        self.runner = parallel.make_runner(config, num_seeds, before_learn_on_batch=before_learn_on_batch)
+        self.layout = self.runner.layout
+        self.plan = self.runner.plan
+        self._chunk = self.runner.chunk
         stacked = (lambda f: jax.vmap(f)) if num_seeds is not None else (lambda f: f)
-        self._init = jax.jit(stacked(self.plan.init))
-        self._chunk = jax.jit(stacked(self.plan.chunk), donate_argnums=0)
         self._evaluate = jax.jit(stacked(self.plan.evaluate))
         self._act = jax.jit(self.plan.act)
         self._state: Any = None
@@ -113,15 +118,12 @@ class Trainer:
         self._explore_draws = 0
 
     # --- state -----------------------------------------------------------------------------
-    def _keys(self) -> jax.Array:
-        key = jax.random.key(self.config.seed)
-        return key if self.num_seeds is None else jax.random.split(key, self.num_seeds)
-
     @property
     def state(self) -> Any:
-        """The ``TrainState`` (leaves ``[S, ...]`` with seeds); built, warm-up included, on first use."""
+        """This process's ``TrainState``, built (warm-up included) on first use. Leaves have the
+        layout's leading axes: ``[]``, ``[S]`` (seeds), ``[D]`` (data parallel) or ``[D, S/D]``."""
         if self._state is None:
-            self._state = self._init(self._keys())
+            self._state = self.runner.init()
         return self._state
 
     def _seed_view(self, tree: Any, seed: int) -> Any:
@@ -135,8 +137,9 @@ class Trainer:
 
     @property
     def params(self) -> Any:
-        """The online Q-network parameters (leaves ``[S, ...]`` with seeds)."""
-        return self.state.learner.params
+        """The online Q-network parameters (leaves ``[S, ...]`` with seeds; one copy of the
+        replicated params with several devices)."""
+        return self.runner.unreplicate(self.state.learner.params)
 
     # --- RLlib's API ---------------------------------------------------------------------------
     def train(self) -> dict[str, Any] | list[dict[str, Any]]:
@@ -145,7 +148,7 @@ class Trainer:
         self._state = None  # donated below: never keep a handle on deleted buffers
         start = time.perf_counter()
         state, report = self._chunk(state)
-        report = jax.device_get(report)  # the one host round-trip: a few scalars per seed
+        report = self.runner.report_to_host(report)  # the one host round-trip: a few scalars per seed
         self._state = state
         seconds = time.perf_counter() - start
         self.iteration += 1
@@ -189,7 +192,7 @@ class Trainer:
         params = self._seed_view(self.params, seed)
         action = int(self._act(params, obs[None])[0])
         if explore:
-            sampled = self._seed_view(self.state.metrics.num_steps_sampled, seed)
+            sampled = self._seed_view(self.runner.unreplicate(self.state.metrics.num_steps_sampled), seed)
             eps = float(exploration.epsilon(self.config.exploration_config, sampled))
             self._explore_draws += 1  # a fresh draw per call, reproducible from the seed
             rng = np.random.default_rng([self.config.seed, seed, int(sampled), self._explore_draws])
@@ -201,7 +204,8 @@ class Trainer:
     def _meta(self) -> dict[str, Any]:
         return {
             "format": CHECKPOINT_FORMAT, "jaxdqn_version": jaxdqn.__version__, "algo": algo_of(self.config),
-            "config": to_dict(self.config), "num_seeds": self.num_seeds, "iteration": self.iteration,
+            "config": to_dict(self.config), "num_seeds": self.num_seeds, "num_devices": self.layout.num_devices,
+            "iteration": self.iteration,
             "time_total_s": self.time_total_s, "evaluations": self.evaluations,
         }
 
@@ -209,14 +213,23 @@ class Trainer:
         """Write the complete state to ``checkpoint_dir/checkpoint_<iteration>``; returns the path.
 
         Atomic: a crash during ``save`` leaves earlier checkpoints intact and no partial one
-        under a final name. ``keep`` retains only the newest ``keep`` checkpoints."""
-        return str(checkpoint.save(checkpoint_dir, self.iteration, self.state, self._meta(), keep=keep))
+        under a final name. ``keep`` retains only the newest ``keep`` checkpoints. With several
+        processes every process must call it: the state is gathered, and orbax has process 0
+        write it while the others wait."""
+        state = self.runner.to_host(self.state)
+        return str(checkpoint.save(checkpoint_dir, self.iteration, state, self._meta(), keep=keep))
 
-    def restore(self, path: str | os.PathLike) -> None:
+    def restore(self, path: str | os.PathLike, *, learner_only: bool = False) -> None:
         """Load a checkpoint (a ``checkpoint_*`` folder, or the newest one in a folder).
 
         Refused with a ``ValueError`` listing what differs when the checkpoint's algorithm,
-        seed count or config (other than ``RESUMABLE_KEYS``) differ from this Trainer's."""
+        seed count or config (other than ``RESUMABLE_KEYS``) differ from this Trainer's.
+
+        Across device layouts: independent seeds (``num_seeds``) move exactly onto any device
+        count that divides them; a data-parallel state (one replay shard and env batch per
+        device) restores only onto as many devices as it was saved from, or, with
+        ``learner_only=True``, onto any: a warm start that keeps the checkpoint's params, target
+        and optimizer state, while envs, replay buffer, counters and schedules start afresh."""
         meta = checkpoint.read_meta(path)
         problems = []
         if meta.get("format") != CHECKPOINT_FORMAT:
@@ -225,29 +238,46 @@ class Trainer:
             problems.append(f"algo: checkpoint {meta.get('algo')!r}, now {algo_of(self.config)!r}")
         if meta.get("num_seeds") != self.num_seeds:
             problems.append(f"num_seeds: checkpoint {meta.get('num_seeds')!r}, now {self.num_seeds!r}")
-        problems += config_differences(meta.get("config", {}), to_dict(self.config))
+        saved_devices = int(meta.get("num_devices", 1))
+        devices = self.layout.num_devices
+        sharded = self.num_seeds is None and devices != saved_devices and max(devices, saved_devices) > 1
+        if sharded and not learner_only:
+            problems.append(
+                f"num_devices: the checkpoint's state is laid out over {saved_devices} device(s) (one replay "
+                f"shard and env batch each), this Trainer runs on {devices}; restore it on {saved_devices} "
+                f"devices (on a CPU: XLA_FLAGS=--xla_force_host_platform_device_count={saved_devices}), or "
+                f"keep only its learner: restore(path, learner_only=True)")
+        differences = config_differences(meta.get("config", {}), to_dict(self.config))
+        problems += [d for d in differences if not d.startswith("num_devices:")]  # the layout: above
         if problems:
             raise ValueError(f"checkpoint {str(checkpoint.resolve(path))!r} does not fit this Trainer: "
                              + "; ".join(problems))
-        template = jax.eval_shape(self._init, self._keys())
-        state, meta = checkpoint.restore(path, template)
-        self._state = state
+        saved_config = self.config.replace(num_devices=saved_devices)
+        state, meta = checkpoint.restore(path, parallel.global_template(saved_config, saved_devices, self.num_seeds))
+        if saved_devices != devices or learner_only:
+            state = self.runner.replicate(parallel.unreplicate_global(state, saved_devices, self.num_seeds))
+        if learner_only:
+            self._state = self.state._replace(learner=self.runner.to_device(state.learner))
+            return
+        self._state = self.runner.to_device(state)
         self.iteration = int(meta["iteration"])
         self.time_total_s = float(meta["time_total_s"])
         self.evaluations = int(meta.get("evaluations", 0))
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, *, before_learn_on_batch: BatchHook | None = None,
-                        **overrides: Any) -> "Trainer":
+                        learner_only: bool = False, **overrides: Any) -> "Trainer":
         """A Trainer built from the config stored in a checkpoint (``overrides``: resumable keys
-        such as ``total_timesteps``), with the checkpoint's state loaded."""
+        such as ``total_timesteps``, and ``num_devices``), with the checkpoint's state loaded
+        (see ``restore`` for moving between device layouts and ``learner_only``)."""
         meta = checkpoint.read_meta(path)
-        not_allowed = sorted(set(overrides) - RESUMABLE_KEYS)
+        allowed = RESUMABLE_KEYS | {"num_devices"}
+        not_allowed = sorted(set(overrides) - allowed)
         if not_allowed:
-            raise ValueError(f"{not_allowed} cannot change when resuming; allowed: {sorted(RESUMABLE_KEYS)}")
+            raise ValueError(f"{not_allowed} cannot change when resuming; allowed: {sorted(allowed)}")
         config = from_dict({**meta["config"], **overrides}, meta["algo"])
         trainer = cls(config, num_seeds=meta["num_seeds"], before_learn_on_batch=before_learn_on_batch)
-        trainer.restore(path)
+        trainer.restore(path, learner_only=learner_only)
         return trainer
 
     @property

@@ -1,0 +1,262 @@
+"""Devices and processes: the only module that knows about ``pmap``, device axes and hosts.
+
+The Anakin layout (Hessel et al. 2021, "Podracer architectures"): the whole execution plan runs
+on every device. ``make_runner(config, num_seeds)`` picks one of three layouts:
+
+* **one device** (``num_devices=1``): the plan jitted, seeds stacked with ``vmap``; leaves
+  ``[...]`` or ``[S, ...]``.
+* **data parallel** (``num_devices=D > 1``, no seeds): the plan ``pmap``ped over ``AXIS``. The
+  totals ``num_envs``, ``buffer_size`` and ``train_batch_size`` are split evenly, so each device
+  steps its own envs into its own replay shard and replays its part of the batch; gradients and
+  learner statistics are ``pmean``ed, so params, target and counters stay identical on every
+  device; priorities stay with their shard; episode metrics are gathered. Leaves ``[D, ...]``.
+  RLlib's ``MultiGPUTrainOneStep`` splits one batch over towers the same way.
+* **seeds on devices** (``num_devices=D``, ``num_seeds=S``, ``S % D == 0``): each device trains
+  ``S / D`` whole, independent seeds with ``vmap``; there are no collectives (seeds never share
+  anything). Leaves ``[D, S / D, ...]``; the results are those of ``S`` seeds on one device.
+
+More than one process (``jax.distributed``, see ``initialize``): the same program on every
+process; ``num_devices`` counts the devices of all processes (it must be all of them), each
+process holds and runs the rows of its own devices, and ``to_host`` gathers the global state (for
+a checkpoint) on every process. Starting the processes, and forcing CPU devices (RLlib's
+``_fake_gpus``), is the shell's ``jaxdqn.distributed``.
+
+Every layout problem (more devices than visible, totals or seeds that the device count does not
+divide) raises a ``ValueError`` naming the key, before anything compiles.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+
+import jax
+import numpy as np
+
+from jaxdqn.config import DQNConfig
+
+if TYPE_CHECKING:
+    from jaxdqn.plan import BatchHook, Plan
+
+# The plan is imported inside the functions that need it: importing gymnax creates arrays, which
+# starts JAX's backends, and force_host_devices / initialize must run before that.
+
+AXIS = "devices"
+
+
+class Layout(NamedTuple):
+    """Where a run lives (static)."""
+
+    num_devices: int  # devices of all processes that run the plan
+    num_local_devices: int  # of this process
+    process_index: int
+    num_processes: int
+    num_seeds: int | None
+
+    @property
+    def data_parallel(self) -> bool:
+        return self.num_devices > 1 and self.num_seeds is None
+
+    @property
+    def seeds_per_device(self) -> int:
+        return 1 if self.num_seeds is None else self.num_seeds // self.num_devices
+
+    @property
+    def leading_shape(self) -> tuple[int, ...]:
+        """The leading axes of every state leaf, over all processes."""
+        if self.num_devices == 1:
+            return () if self.num_seeds is None else (self.num_seeds,)
+        return (self.num_devices,) if self.num_seeds is None else (self.num_devices, self.seeds_per_device)
+
+    def describe(self) -> str:
+        hosts = f" over {self.num_processes} processes" if self.num_processes > 1 else ""
+        if self.num_devices == 1:
+            return "1 device" + (f", {self.num_seeds} vmapped seeds" if self.num_seeds else "")
+        if self.num_seeds is None:
+            return f"{self.num_devices} devices{hosts}, data parallel (pmean)"
+        return f"{self.num_devices} devices{hosts}, {self.seeds_per_device} vmapped seeds per device"
+
+
+def resolve_num_devices(config: DQNConfig) -> int:
+    """``config.num_devices`` as a count (``"auto"``: every device of every process), checked
+    against what JAX sees."""
+    visible = jax.device_count()
+    if config.num_devices == "auto":
+        return visible
+    wanted = config.num_devices
+    if wanted > visible:
+        platform = jax.devices()[0].platform
+        hint = (f"; on a CPU, set XLA_FLAGS=--xla_force_host_platform_device_count={wanted} before "
+                "starting Python (RLlib's _fake_gpus)" if platform == "cpu" else "")
+        raise ValueError(f"num_devices={wanted} is invalid: only {visible} {platform} device(s) are "
+                         f"visible{hint}")
+    if jax.process_count() > 1 and wanted != visible:
+        raise ValueError(f"num_devices={wanted} is invalid with {jax.process_count()} processes: a "
+                         f"multi-process run uses every device ({visible}); set num_devices='auto'")
+    return wanted
+
+
+def make_layout(config: DQNConfig, num_seeds: int | None) -> Layout:
+    """The layout of ``config`` with ``num_seeds``; every refusal is a ``ValueError``."""
+    devices = resolve_num_devices(config)
+    if num_seeds is not None and num_seeds % devices:
+        raise ValueError(f"num_seeds={num_seeds} is invalid with num_devices={devices}: seeds are "
+                         f"spread evenly over the devices; use a multiple of {devices}")
+    if num_seeds is None:
+        from jaxdqn.plan import split_totals
+
+        split_totals(config, devices)  # raises for a total that does not divide
+    local = devices // jax.process_count()
+    return Layout(num_devices=devices, num_local_devices=local, process_index=jax.process_index(),
+                  num_processes=jax.process_count(), num_seeds=num_seeds)
+
+
+def _local_devices(layout: Layout) -> list[Any]:
+    return jax.local_devices()[:layout.num_local_devices]
+
+
+def _is_key(x: Any) -> bool:
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+class Runner(NamedTuple):
+    """A plan bound to a layout: compiled entry points and the host/device conversions.
+
+    ``init()`` is the state of ``config.seed`` (seed ``k`` of ``S`` is
+    ``jax.random.split(key(seed), S)[k]`` in every layout); ``chunk(state)`` is donated;
+    ``template()`` is the global state's shapes; ``report_to_host`` gives scalars (one run) or arrays ``[S]`` (seeds), the same over all
+    processes; ``to_host`` / ``to_device`` convert between this process's state and the global
+    state (leaves ``layout.leading_shape + ...``) that checkpoints hold; ``unreplicate`` gives a
+    tree of params with the leading axes of one run (``[]``) or of the seeds (``[S]``)."""
+
+    layout: Layout
+    plan: "Plan"
+    init: Callable[[], Any]
+    chunk: Callable[[Any], tuple[Any, dict[str, Any]]]
+    template: Callable[[], Any]
+    report_to_host: Callable[[dict[str, Any]], dict[str, Any]]
+    to_host: Callable[[Any], Any]
+    to_device: Callable[[Any], Any]
+    unreplicate: Callable[[Any], Any]
+    replicate: Callable[[Any], Any]
+
+
+def global_template(config: DQNConfig, num_devices: int, num_seeds: int | None) -> Any:
+    """The shapes and dtypes of the global state of ``config`` laid out over ``num_devices``
+    (a ``vmap`` with the device axis name stands in for ``pmap``: no devices are needed)."""
+    from jaxdqn.plan import make_plan
+
+    key = jax.random.key(config.seed)
+    if num_devices == 1:
+        plan = make_plan(config)
+        if num_seeds is None:
+            return jax.eval_shape(plan.init, key)
+        return jax.eval_shape(jax.vmap(plan.init), jax.random.split(key, num_seeds))
+    if num_seeds is None:
+        plan = make_plan(config, axis_name=AXIS, num_replicas=num_devices)
+        return jax.eval_shape(jax.vmap(plan.init, axis_name=AXIS), jax.numpy.stack([key] * num_devices))
+    keys = jax.random.split(key, num_seeds).reshape(num_devices, num_seeds // num_devices)
+    return jax.eval_shape(jax.vmap(jax.vmap(make_plan(config).init)), keys)
+
+
+def unreplicate_global(tree: Any, num_devices: int, num_seeds: int | None) -> Any:
+    """A global tree of a layout -> one copy per run (leaves ``[...]`` or ``[S, ...]``): the first
+    device's copy when data parallel (the copies are equal), the seeds in order otherwise."""
+    if num_devices == 1:
+        return tree
+    if num_seeds is None:
+        return jax.tree_util.tree_map(lambda x: x[0], tree)
+    return jax.tree_util.tree_map(lambda x: x.reshape((num_seeds,) + x.shape[2:]), tree)
+
+
+def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
+                before_learn_on_batch: "BatchHook | None" = None) -> Runner:
+    """The ``Runner`` of ``config`` on the layout that ``config.num_devices`` and ``num_seeds``
+    give (see the module docstring)."""
+    from jaxdqn.plan import make_plan
+
+    layout = make_layout(config, num_seeds)
+    D, S = layout.num_devices, num_seeds
+    if layout.data_parallel:
+        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, axis_name=AXIS, num_replicas=D)
+    else:
+        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch)
+    local = _local_devices(layout)
+    # Row i of a leaf on local device i: the sharding that pmap's own outputs have.
+    sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(local), (AXIS,)),
+                                          jax.sharding.PartitionSpec(AXIS))
+    first = layout.process_index * layout.num_local_devices  # this process's rows of the global state
+
+    def keys() -> jax.Array:
+        """The global keys: ``[]``, ``[S]``, ``[D]`` (the same key on every device) or ``[D, S/D]``."""
+        key = jax.random.key(config.seed)
+        if D == 1:
+            return key if S is None else jax.random.split(key, S)
+        if S is None:
+            return jax.numpy.stack([key] * D)
+        return jax.random.split(key, S).reshape(D, S // D)
+
+    if D == 1:
+        stacked = (lambda f: jax.vmap(f)) if S is not None else (lambda f: f)
+        init_fn = jax.jit(stacked(plan.init))
+        chunk = jax.jit(stacked(plan.chunk), donate_argnums=0)
+        init = lambda: init_fn(keys())  # noqa: E731
+        template = lambda: jax.eval_shape(init_fn, keys())  # noqa: E731
+    else:
+        per_device = (lambda f: jax.vmap(f)) if S is not None else (lambda f: f)
+        # One process: the first D devices. Several: pmap's default, every device of every process
+        # (``devices=`` would confine the axis, and its collectives, to this process's devices).
+        pmap = dict(axis_name=AXIS, devices=local if layout.num_processes == 1 else None)
+        init_fn = jax.pmap(per_device(plan.init), **pmap)
+        chunk = jax.pmap(per_device(plan.chunk), donate_argnums=0, **pmap)
+        local_keys = lambda: keys()[first:first + layout.num_local_devices]  # noqa: E731
+        init = lambda: init_fn(local_keys())  # noqa: E731
+
+        template = lambda: global_template(config, D, S)  # noqa: E731
+
+    def gather(tree: Any) -> Any:
+        """This process's rows -> all rows, as host arrays (typed keys kept)."""
+        if layout.num_processes == 1:
+            return tree
+        from jax.experimental import multihost_utils
+
+        raw = jax.tree_util.tree_map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+        full = multihost_utils.process_allgather(raw, tiled=True)
+        return jax.tree_util.tree_map(lambda t, x: jax.random.wrap_key_data(x) if _is_key(t) else x, tree, full)
+
+    def report_to_host(report: dict[str, Any]) -> dict[str, Any]:
+        if D == 1:
+            return jax.device_get(report)
+        if S is None:  # identical on every device: the first one's
+            return jax.device_get(jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], report))
+        return {k: np.asarray(v).reshape(S) for k, v in jax.device_get(gather(report)).items()}
+
+    def to_host(state: Any) -> Any:
+        return gather(state) if D > 1 else state
+
+    def to_device(state: Any) -> Any:
+        if D == 1:
+            return jax.device_put(state)
+        rows = jax.tree_util.tree_map(lambda x: x[first:first + layout.num_local_devices], state)
+        return jax.device_put(rows, sharding)
+
+    def unreplicate(tree: Any) -> Any:
+        if D > 1 and S is None:  # identical on every device: this process's first copy
+            return jax.tree_util.tree_map(lambda x: x[0], tree)
+        return unreplicate_global(to_host(tree), D, S)
+
+    def replicate(tree: Any) -> Any:
+        """One copy per run -> the global tree of this layout (``to_device`` places it)."""
+        if D == 1:
+            return tree
+        if S is None:
+            return jax.tree_util.tree_map(lambda x: np.broadcast_to(np.asarray(x), (D,) + np.shape(x))
+                                          if not _is_key(x) else jax.numpy.stack([x] * D), tree)
+        return jax.tree_util.tree_map(lambda x: x.reshape((D, S // D) + x.shape[1:]), tree)
+
+    return Runner(layout=layout, plan=plan, init=init, chunk=chunk, template=template,
+                  report_to_host=report_to_host, to_host=to_host, to_device=to_device, unreplicate=unreplicate,
+                  replicate=replicate)
+
+
+__all__ = ["AXIS", "Layout", "Runner", "global_template", "make_layout", "make_runner", "resolve_num_devices",
+           "unreplicate_global"]
