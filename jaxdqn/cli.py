@@ -204,7 +204,7 @@ def start_processes(args: argparse.Namespace, fake_devices: int | None = None) -
     """Forced host devices and ``jax.distributed``, before JAX computes anything."""
     from jaxdqn import distributed as processes
 
-    distributed = args.coordinator is not None or args.num_processes is not None
+    distributed = args.distributed or args.coordinator is not None or args.num_processes is not None
     local = args.local_devices or fake_devices
     with as_usage_errors():
         if distributed:
@@ -407,6 +407,8 @@ def make_parser() -> Parser:
     d.add_argument("--coordinator", metavar="HOST:PORT", help="multi-process run: process 0's address")
     d.add_argument("--num-processes", type=int, metavar="N", help="multi-process run: how many processes")
     d.add_argument("--process-id", type=int, metavar="I", help="multi-process run: this process's index")
+    d.add_argument("--distributed", action="store_true", help="multi-process run with JAX's auto-detection "
+                   "(JAX_COORDINATOR_ADDRESS, SLURM, Open MPI, Cloud TPU, Kubernetes) of what is not given")
     t.set_defaults(func=train)
 
     e = commands.add_parser("evaluate", help="greedy episodes of a checkpoint")

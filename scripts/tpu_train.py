@@ -1,13 +1,17 @@
-"""Train many seeds on a TPU VM (or any accelerator) through the Python API, then report.
+"""Train on a TPU VM or a TPU pod slice (or any set of accelerators) through the Python API.
 
-Install on the TPU VM: ``pip install -e . "jax[tpu]"`` (jax's TPU wheels). Then::
+Install on every TPU VM host: ``pip install -e . "jax[tpu]"`` (jax's TPU wheels). Then::
 
+    # one TPU VM (e.g. v4-8: 4 chips): 128 seeds spread over every chip, 32 per chip
     python scripts/tpu_train.py --seeds 128 --env CartPole-v1 --timesteps 100000
+    # one run, data parallel over every chip: envs, replay and batch split, gradients pmean'd
+    python scripts/tpu_train.py --seeds 1 --set num_envs_per_worker=64 --set train_batch_size=512
+    # a pod slice: the same command on every host (gcloud ... ssh --worker=all --command=...),
+    # with --distributed: jax.distributed finds the other hosts by itself on Cloud TPU
+    python scripts/tpu_train.py --distributed --seeds 256
 
-All seeds run in one jitted, vmapped program (``make_train``): independent params, exploration
-and replay per seed, no collectives between them. One TPU core runs the whole batch of seeds;
-spreading seeds and replay shards over every core of a slice and over several hosts
-(``jax.distributed``) is the multi-device issue's ``parallel.py``.
+``num_devices="auto"`` takes every chip of every host; process 0 prints and writes the
+checkpoint (``--out``).
 """
 
 from __future__ import annotations
@@ -15,41 +19,53 @@ from __future__ import annotations
 import argparse
 import time
 
-import jax
-import numpy as np
-
-from jaxdqn import cli
-from jaxdqn.config import from_dict
-from jaxdqn.plan import make_train
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, default=128)
+    parser.add_argument("--seeds", type=int, default=128, help="1: one data-parallel run")
     parser.add_argument("--algo", default="dqn", choices=["dqn", "simple_q"])
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--timesteps", type=int, default=100_000)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--distributed", action="store_true", help="multi-host: jax.distributed.initialize()")
+    parser.add_argument("--out", help="write the final checkpoint here")
     args = parser.parse_args()
+    if args.distributed:
+        from jaxdqn import distributed
+
+        distributed.initialize()  # before anything computes; Cloud TPU / SLURM auto-detection
+
+    import jax
+    import numpy as np
+
+    from jaxdqn import cli
+    from jaxdqn.config import from_dict
+    from jaxdqn.trainer import Trainer
 
     tuned = cli.tuned_example(args.algo, args.env)
     config = {"env": args.env}
     if tuned is not None:
         _, config, _, _ = cli.document_to_spec(tuned[1], tuned[0])
-    config = from_dict({**config, "total_timesteps": args.timesteps}, args.algo)
-    print(f"jax {jax.__version__} on {jax.devices()}")
-    train = jax.jit(jax.vmap(make_train(config)))
-    keys = jax.random.split(jax.random.key(config.seed), args.seeds)
+    config = {**config, "total_timesteps": args.timesteps, "num_devices": "auto"}
+    for assignment in args.set:
+        cli.apply_set(config, assignment)
+    trainer = Trainer(from_dict(config, args.algo), num_seeds=None if args.seeds == 1 else args.seeds)
+    main_process = jax.process_index() == 0
+    if main_process:
+        print(f"jax {jax.__version__}: {jax.device_count()} x {jax.devices()[0].device_kind}, "
+              f"{jax.process_count()} process(es); {trainer.layout.describe()}")
     start = time.perf_counter()
-    compiled = train.lower(keys).compile()
-    print(f"compiled in {time.perf_counter() - start:.1f}s")
-    start = time.perf_counter()
-    _, reports = jax.block_until_ready(compiled(keys))
-    seconds = time.perf_counter() - start
-    final = np.asarray(reports["episode_reward_mean"])[:, -1]
-    steps = int(np.asarray(reports["timesteps_total"])[0, -1])
-    print(f"{args.seeds} seeds x {steps} env steps in {seconds:.1f}s "
-          f"({args.seeds * steps / seconds:,.0f} env steps/s in total)")
-    print(f"final episode_reward_mean: median {np.median(final):.1f}, min {final.min():.1f}, max {final.max():.1f}")
+    while trainer.timesteps_total < trainer.config.total_timesteps:
+        out = trainer.train()
+        results = out if isinstance(out, list) else [out]
+        if main_process:
+            returns = np.array([r["episode_reward_mean"] for r in results])
+            print(f"{results[0]['timesteps_total']:>9,} steps  return median {np.nanmedian(returns):7.1f} "
+                  f"min {np.nanmin(returns):7.1f}  {len(results) * results[0]['num_env_steps_sampled_throughput_per_sec']:,.0f} env steps/s")
+    if main_process:
+        print(f"done in {time.perf_counter() - start:.1f}s (first iteration includes the compile)")
+    if args.out:
+        trainer.save(args.out)  # every process calls it; process 0 writes
 
 
 if __name__ == "__main__":

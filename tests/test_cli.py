@@ -133,6 +133,12 @@ ERRORS = [
     (["train", "--resume", "/no/such/run", "--algo", "dqn"], "drop --algo"),
     (["evaluate", "/no/such/run"], "no finished checkpoint"),
     (["plot", "/no/such/run"], "is not a run folder"),
+    (["train", "--local-devices", "0"], "--local-devices 0 is invalid: must be >= 1"),
+    (["train", "--num-processes", "2"], "--num-processes needs --process-id"),
+    (["train", "--set", "num_devices=8"], "num_devices=8 is invalid: only 4 cpu device(s) are visible"),
+    (["train", "--set", "num_devices=4", "--set", "train_batch_size=30"],
+     "train_batch_size=30 is invalid with num_devices=4"),
+    (["train", "--set", "num_devices=all"], "num_devices='all' is invalid: must be an int >= 1 or 'auto'"),
 ]
 
 

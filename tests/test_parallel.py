@@ -232,6 +232,10 @@ def test_two_processes_with_two_devices_each_train_in_lockstep(tmp_path):
     assert first["timesteps_total"] == results[0]["timesteps_total"]
     assert first["episodes_total"] == results[0]["episodes_total"]
     assert stats(results[0]) == pytest.approx(stats(first), rel=1e-4, abs=1e-6)
+    # Greedy evaluation needs only the params: the 4-device checkpoint evaluates on one device.
+    from jaxdqn import cli
+
+    assert cli.main(["evaluate", str(run), "--episodes", "2"]) == 0
 
 
 def test_an_rllib_yaml_with_fake_gpus_runs_on_forced_host_devices(tmp_path):
