@@ -83,28 +83,27 @@ def test_totals_are_split_and_counters_count_all_devices(four):
     assert set(stats(results[-1])) == set(STATS)
 
 
-def test_one_iteration_equals_the_plan_pmapped_by_hand():
+def test_one_iteration_equals_the_plan_pmapped_by_hand(four):
     """The Runner adds nothing to the plan: init + chunk under a plain pmap give the same report."""
-    config = DQNConfig(**TINY, num_devices=2)
-    result = Trainer(config).train()
-    plan = make_plan(config, axis_name=parallel.AXIS, num_replicas=2)
-    keys = jax.numpy.stack([jax.random.key(config.seed)] * 2)
-    devices = jax.devices()[:2]
-    state = jax.pmap(plan.init, axis_name=parallel.AXIS, devices=devices)(keys)
-    _, report = jax.pmap(plan.chunk, axis_name=parallel.AXIS, devices=devices)(state)
-    assert stats(result)["loss"] == float(report["loss"][0])
-    assert result["episodes_total"] == int(report["episodes_total"][0])
+    trainer, results = four
+    config = trainer.config
+    plan = make_plan(config, axis_name=parallel.AXIS, num_replicas=4)
+    keys = jax.numpy.stack([jax.random.key(config.seed)] * 4)
+    state = jax.pmap(plan.init, axis_name=parallel.AXIS)(keys)
+    _, report = jax.pmap(plan.chunk, axis_name=parallel.AXIS)(state)
+    assert stats(results[0])["loss"] == float(report["loss"][0])
+    assert results[0]["episodes_total"] == int(report["episodes_total"][0])
+    assert results[0]["episode_reward_mean"] == float(report["episode_reward_mean"][0])
 
 
 SEEDS = DQNConfig(**{**TINY, "train_batch_size": 15})  # 15: seeds train whole runs, nothing is split
 
 
-def test_seeds_spread_over_devices_equal_seeds_on_one_device():
+def test_seeds_spread_over_devices_equal_seeds_on_one_device_and_move_between_device_counts(tmp_path):
     on_one = Trainer(SEEDS, num_seeds=4)
     on_two = Trainer(SEEDS.replace(num_devices=2), num_seeds=4)
     assert on_two.layout.seeds_per_device == 2
-    for _ in range(2):
-        a, b = on_one.train(), on_two.train()
+    a, b = on_one.train(), on_two.train()
     for x, y in zip(a, b):
         assert x["episode_reward_mean"] == pytest.approx(y["episode_reward_mean"], rel=1e-5)
         assert stats(x)["loss"] == pytest.approx(stats(y)["loss"], rel=1e-4)
@@ -113,6 +112,19 @@ def test_seeds_spread_over_devices_equal_seeds_on_one_device():
     assert jax.tree_util.tree_leaves(params)[0].shape[0] == 4
     for x, y in zip(jax.tree_util.tree_leaves(on_one.params), jax.tree_util.tree_leaves(params)):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-5)
+
+    # A seed checkpoint moves exactly: [2, 2, ...] on 2 devices -> [4, 1, ...] on 4, or [4] on 1.
+    path = on_two.save(tmp_path)
+    saved = jax.device_get(on_two.params)
+    after = [stats(r) for r in on_two.train()]
+    moved = Trainer(SEEDS.replace(num_devices=4), num_seeds=4)
+    moved.restore(path)
+    assert jax.tree_util.tree_leaves(moved.state.learner.params)[0].shape[:2] == (4, 1)
+    assert leaves_equal(moved.params, saved)
+    for x, y in zip(after, moved.train()):
+        assert stats(y) == pytest.approx(x, rel=1e-4)
+    on_one.restore(path)  # the same compiled one-device program as above
+    assert leaves_equal(on_one.params, saved)
 
 
 @pytest.mark.parametrize("change, seeds, match", [
@@ -177,22 +189,6 @@ def test_a_4_device_checkpoint_is_refused_on_2_devices_unless_learner_only(tmp_p
     one = Trainer.from_checkpoint(path, num_devices=1, learner_only=True)
     assert leaves_equal(one.params, trainer.params)
     two.train()  # and it trains on
-
-
-def test_seed_checkpoints_move_exactly_between_device_counts(tmp_path):
-    config = SEEDS.replace(num_devices=2)
-    trainer = Trainer(config, num_seeds=4)
-    trainer.train()
-    path = trainer.save(tmp_path)
-    saved = jax.device_get(trainer.params)  # [S, ...]
-    after = [stats(r) for r in trainer.train()]
-    moved = Trainer(config.replace(num_devices=4), num_seeds=4)
-    moved.restore(path)
-    # The same seeds, now one per device: the global state [2, 2, ...] re-laid as [4, 1, ...].
-    assert jax.tree_util.tree_leaves(moved.state.learner.params)[0].shape[:2] == (4, 1)
-    assert leaves_equal(moved.params, saved)  # before training on: exact
-    for a, b in zip(after, moved.train()):
-        assert stats(b) == pytest.approx(a, rel=1e-4)
 
 
 def free_port() -> int:
