@@ -26,12 +26,10 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxdqn.parallel import is_key
+
 PREFIX = "checkpoint_"
 PATTERN = re.compile(rf"^{PREFIX}(\d+)$")
-
-
-def _is_key(x: Any) -> bool:
-    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
 def _flat(tree: Any) -> tuple[list[str], list[Any]]:
@@ -41,9 +39,9 @@ def _flat(tree: Any) -> tuple[list[str], list[Any]]:
     names = [jax.tree_util.keystr(path) for path, _ in with_paths]
     # Key data as host arrays: tiny, and serializable in a multi-process run (a gathered key is
     # a host-local jax.Array there, which orbax refuses).
-    raw = lambda x: jax.random.key_data(x) if _is_key(x) else x  # noqa: E731
+    raw = lambda x: jax.random.key_data(x) if is_key(x) else x  # noqa: E731
     leaves = [jax.eval_shape(raw, x) if isinstance(x, jax.ShapeDtypeStruct)
-              else np.asarray(raw(x)) if _is_key(x) else x for _, x in with_paths]
+              else np.asarray(raw(x)) if is_key(x) else x for _, x in with_paths]
     return names, leaves
 
 
@@ -132,7 +130,7 @@ def restore(path: str | os.PathLike, template: Any) -> tuple[Any, dict[str, Any]
     out = []
     for i, (t, x) in enumerate(zip(jax.tree_util.tree_leaves(template), leaves)):
         value = arrays.get(f"leaf_{i:05d}", jnp.zeros(x.shape, x.dtype))
-        if _is_key(t):
+        if is_key(t):
             value = jax.random.wrap_key_data(value)  # the default implementation, checked:
             if value.dtype != t.dtype:
                 raise ValueError(f"checkpoint key {names[i]} needs PRNG {t.dtype}; this process makes "

@@ -114,8 +114,20 @@ def _local_devices(layout: Layout) -> list[Any]:
     return jax.local_devices()[:layout.num_local_devices]
 
 
-def _is_key(x: Any) -> bool:
+def is_key(x: Any) -> bool:
+    """Whether ``x`` (an array or ``ShapeDtypeStruct``) holds typed PRNG keys."""
     return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def layout_keys(seed: int, num_devices: int, num_seeds: int | None) -> jax.Array:
+    """The global init keys of a layout: ``[]``, ``[S]``, ``[D]`` (one key, the same on every
+    device: one run) or ``[D, S/D]`` (seed ``k`` of ``S`` is ``split(key(seed), S)[k]`` always)."""
+    key = jax.random.key(seed)
+    if num_devices == 1:
+        return key if num_seeds is None else jax.random.split(key, num_seeds)
+    if num_seeds is None:
+        return jax.numpy.stack([key] * num_devices)
+    return jax.random.split(key, num_seeds).reshape(num_devices, num_seeds // num_devices)
 
 
 class Runner(NamedTuple):
@@ -145,16 +157,13 @@ def global_template(config: DQNConfig, num_devices: int, num_seeds: int | None) 
     (a ``vmap`` with the device axis name stands in for ``pmap``: no devices are needed)."""
     from jaxdqn.plan import make_plan
 
-    key = jax.random.key(config.seed)
+    keys = layout_keys(config.seed, num_devices, num_seeds)
     if num_devices == 1:
-        plan = make_plan(config)
-        if num_seeds is None:
-            return jax.eval_shape(plan.init, key)
-        return jax.eval_shape(jax.vmap(plan.init), jax.random.split(key, num_seeds))
+        init = make_plan(config).init
+        return jax.eval_shape(init if num_seeds is None else jax.vmap(init), keys)
     if num_seeds is None:
         plan = make_plan(config, axis_name=AXIS, num_replicas=num_devices)
-        return jax.eval_shape(jax.vmap(plan.init, axis_name=AXIS), jax.numpy.stack([key] * num_devices))
-    keys = jax.random.split(key, num_seeds).reshape(num_devices, num_seeds // num_devices)
+        return jax.eval_shape(jax.vmap(plan.init, axis_name=AXIS), keys)
     return jax.eval_shape(jax.vmap(jax.vmap(make_plan(config).init)), keys)
 
 
@@ -186,14 +195,7 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
                                           jax.sharding.PartitionSpec(AXIS))
     first = layout.process_index * layout.num_local_devices  # this process's rows of the global state
 
-    def keys() -> jax.Array:
-        """The global keys: ``[]``, ``[S]``, ``[D]`` (the same key on every device) or ``[D, S/D]``."""
-        key = jax.random.key(config.seed)
-        if D == 1:
-            return key if S is None else jax.random.split(key, S)
-        if S is None:
-            return jax.numpy.stack([key] * D)
-        return jax.random.split(key, S).reshape(D, S // D)
+    keys = lambda: layout_keys(config.seed, D, S)  # noqa: E731
 
     if D == 1:
         stacked = (lambda f: jax.vmap(f)) if S is not None else (lambda f: f)
@@ -219,9 +221,9 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
             return tree
         from jax.experimental import multihost_utils
 
-        raw = jax.tree_util.tree_map(lambda x: jax.random.key_data(x) if _is_key(x) else x, tree)
+        raw = jax.tree_util.tree_map(lambda x: jax.random.key_data(x) if is_key(x) else x, tree)
         full = multihost_utils.process_allgather(raw, tiled=True)
-        return jax.tree_util.tree_map(lambda t, x: jax.random.wrap_key_data(x) if _is_key(t) else x, tree, full)
+        return jax.tree_util.tree_map(lambda t, x: jax.random.wrap_key_data(x) if is_key(t) else x, tree, full)
 
     def report_to_host(report: dict[str, Any]) -> dict[str, Any]:
         if D == 1:
@@ -250,7 +252,7 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
             return tree
         if S is None:
             return jax.tree_util.tree_map(lambda x: np.broadcast_to(np.asarray(x), (D,) + np.shape(x))
-                                          if not _is_key(x) else jax.numpy.stack([x] * D), tree)
+                                          if not is_key(x) else jax.numpy.stack([x] * D), tree)
         return jax.tree_util.tree_map(lambda x: x.reshape((D, S // D) + x.shape[1:]), tree)
 
     return Runner(layout=layout, plan=plan, init=init, chunk=chunk, template=template,
@@ -258,5 +260,5 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
                   replicate=replicate)
 
 
-__all__ = ["AXIS", "Layout", "Runner", "global_template", "make_layout", "make_runner", "resolve_num_devices",
-           "unreplicate_global"]
+__all__ = ["AXIS", "Layout", "Runner", "global_template", "is_key", "layout_keys", "make_layout", "make_runner",
+           "resolve_num_devices", "unreplicate_global"]

@@ -47,13 +47,7 @@ def worker(devices: int, seeds: int | None, timesteps: int, repeats: int) -> dic
         exploration_config=ExplorationConfig(final_epsilon=0.05, epsilon_timesteps=timesteps // 2))
     layout = parallel.make_layout(config, seeds)  # refuses what these devices cannot hold
 
-    def keys(k: int) -> jax.Array:
-        key = jax.random.key(k)
-        if devices == 1:
-            return key if seeds is None else jax.random.split(key, seeds)
-        if seeds is None:
-            return jax.numpy.stack([key] * devices)
-        return jax.random.split(key, seeds).reshape(devices, seeds // devices)
+    keys = lambda k: parallel.layout_keys(k, devices, seeds)  # noqa: E731
 
     stacked = (lambda f: jax.vmap(f)) if seeds is not None else (lambda f: f)
     if layout.data_parallel:
