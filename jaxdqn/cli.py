@@ -308,9 +308,8 @@ def print_summary(results: list[dict[str, Any]], reason: str, path: str, *, quie
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    from jaxdqn.trainer import Trainer
-
     from jaxdqn import checkpoint
+    from jaxdqn.trainer import Trainer
 
     overrides = {"evaluation_num_episodes": args.episodes} if args.episodes else {}
     with as_usage_errors():

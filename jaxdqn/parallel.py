@@ -135,8 +135,8 @@ class Runner(NamedTuple):
 
     ``init()`` is the state of ``config.seed`` (seed ``k`` of ``S`` is
     ``jax.random.split(key(seed), S)[k]`` in every layout); ``chunk(state)`` is donated;
-    ``template()`` is the global state's shapes; ``report_to_host`` gives scalars (one run) or arrays ``[S]`` (seeds), the same over all
-    processes; ``to_host`` / ``to_device`` convert between this process's state and the global
+    ``template()`` is the global state's shapes; ``report_to_host`` gives scalars (one run) or
+    arrays ``[S]`` (seeds), the same over all processes; ``to_host`` / ``to_device`` convert between this process's state and the global
     state (leaves ``layout.leading_shape + ...``) that checkpoints hold; ``unreplicate`` gives a
     tree of params with the leading axes of one run (``[]``) or of the seeds (``[S]``)."""
 
@@ -196,24 +196,19 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
     first = layout.process_index * layout.num_local_devices  # this process's rows of the global state
 
     keys = lambda: layout_keys(config.seed, D, S)  # noqa: E731
-
+    template = lambda: global_template(config, D, S)  # noqa: E731
+    stacked = (lambda f: jax.vmap(f)) if S is not None else (lambda f: f)
     if D == 1:
-        stacked = (lambda f: jax.vmap(f)) if S is not None else (lambda f: f)
         init_fn = jax.jit(stacked(plan.init))
         chunk = jax.jit(stacked(plan.chunk), donate_argnums=0)
         init = lambda: init_fn(keys())  # noqa: E731
-        template = lambda: jax.eval_shape(init_fn, keys())  # noqa: E731
     else:
-        per_device = (lambda f: jax.vmap(f)) if S is not None else (lambda f: f)
         # One process: the first D devices. Several: pmap's default, every device of every process
         # (``devices=`` would confine the axis, and its collectives, to this process's devices).
         pmap = dict(axis_name=AXIS, devices=local if layout.num_processes == 1 else None)
-        init_fn = jax.pmap(per_device(plan.init), **pmap)
-        chunk = jax.pmap(per_device(plan.chunk), donate_argnums=0, **pmap)
-        local_keys = lambda: keys()[first:first + layout.num_local_devices]  # noqa: E731
-        init = lambda: init_fn(local_keys())  # noqa: E731
-
-        template = lambda: global_template(config, D, S)  # noqa: E731
+        init_fn = jax.pmap(stacked(plan.init), **pmap)
+        chunk = jax.pmap(stacked(plan.chunk), donate_argnums=0, **pmap)
+        init = lambda: init_fn(keys()[first:first + layout.num_local_devices])  # noqa: E731
 
     def gather(tree: Any) -> Any:
         """This process's rows -> all rows, as host arrays (typed keys kept)."""
@@ -242,9 +237,8 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
         return jax.device_put(rows, sharding)
 
     def unreplicate(tree: Any) -> Any:
-        if D > 1 and S is None:  # identical on every device: this process's first copy
-            return jax.tree_util.tree_map(lambda x: x[0], tree)
-        return unreplicate_global(to_host(tree), D, S)
+        # One run: this process's first copy (they are all equal); seeds: all of them.
+        return unreplicate_global(tree if S is None else to_host(tree), D, S)
 
     def replicate(tree: Any) -> Any:
         """One copy per run -> the global tree of this layout (``to_device`` places it)."""
