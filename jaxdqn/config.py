@@ -213,8 +213,6 @@ class DQNConfig:
         if self.grad_clip is not None:
             _number("grad_clip", self.grad_clip, 0.0, open_low=True)
         _int("buffer_size", self.buffer_size, 1, 2**30 - 1)
-        if self.train_batch_size > self.buffer_size:
-            _fail("train_batch_size", self.train_batch_size, f"must be <= buffer_size={self.buffer_size}")
         _int("learning_starts", self.learning_starts, 0)
         _int("target_network_update_freq", self.target_network_update_freq, 0)
         _number("tau", self.tau, 0.0, 1.0, open_low=True)
@@ -237,12 +235,40 @@ class DQNConfig:
         if self.training_intensity is not None:
             _number("training_intensity", self.training_intensity, 0.0, open_low=True)
         _int("replay_sequence_length", self.replay_sequence_length, 1)
-        _int("burn_in", self.burn_in, 0, self.replay_sequence_length - 1)
+        _int("burn_in", self.burn_in, 0)
+        if self.burn_in >= self.sequence_length:
+            _fail("burn_in", self.burn_in, f"must be < the sequence length {self.sequence_length} "
+                  f"(replay_sequence_length, or model.max_seq_len + burn_in when it is 1) so that a "
+                  f"sequence trains on at least one step")
+        if self.train_batch_size > self.buffer_items:
+            what = (f"the {self.buffer_items} sequences that buffer_size={self.buffer_size} holds "
+                    f"(buffer_size counts timesteps; with sequences train_batch_size counts sequences)"
+                    if self.model.use_lstm else f"buffer_size={self.buffer_size}")
+            _fail("train_batch_size", self.train_batch_size, f"must be <= {what}")
+        if self.burn_in and not self.model.use_lstm:
+            _fail("burn_in", self.burn_in, "must be 0 unless model.use_lstm=True (burn-in warms up a recurrent state)")
         if self.replay_sequence_length > 1 and not self.model.use_lstm:
             _fail("replay_sequence_length", self.replay_sequence_length,
                   "must be 1 unless model.use_lstm=True (sequences are for recurrent Q-networks)")
         if self.model.use_lstm and self.num_atoms > 1:
             _fail("num_atoms", self.num_atoms, "must be 1 with model.use_lstm=True (recurrent C51 is not supported)")
+
+    @property
+    def sequence_length(self) -> int:
+        """Steps per replayed sequence with ``model.use_lstm`` (1 otherwise): ``replay_sequence_length``
+        when set above 1, else ``model.max_seq_len + burn_in`` (RLlib R2D2's rule)."""
+        if not self.model.use_lstm:
+            return 1
+        if self.replay_sequence_length > 1:
+            return self.replay_sequence_length
+        return self.model.max_seq_len + self.burn_in
+
+    @property
+    def buffer_items(self) -> int:
+        """Items the replay buffer holds: ``buffer_size`` transitions, or with sequences the slices
+        that cover ``buffer_size`` timesteps (each brings ``sequence_length - burn_in`` new ones)."""
+        return max(1, self.buffer_size // (self.sequence_length - self.burn_in)) if self.model.use_lstm \
+            else self.buffer_size
 
     @property
     def num_envs(self) -> int:

@@ -38,6 +38,14 @@ def greedy_actions(network: QNetwork, params: Any, obs: Array) -> Array:
     return exploration.greedy(network.apply(params, obs, deterministic=True).q)
 
 
+def greedy_recurrent_actions(network: QNetwork, params: Any, obs: Array, state: Any, first: Array
+                             ) -> tuple[Array, Any]:
+    """Greedy actions ``[B]`` of a recurrent network and its next state, from ``state`` (reset
+    where ``first`` ``[B]``: ``obs`` starts an episode)."""
+    out, state = network.apply(params, obs[:, None], state, first[:, None], deterministic=True)
+    return exploration.greedy(out.q[:, 0]), state
+
+
 def make_evaluate(spec: envs.EnvSpec, network: QNetwork, num_episodes: int,
                   max_steps: int | None = None) -> Callable[[Any, Array], Evaluation]:
     """``evaluate(params, key)``: ``num_episodes`` greedy episodes; see the module docstring."""
@@ -47,23 +55,28 @@ def make_evaluate(spec: envs.EnvSpec, network: QNetwork, num_episodes: int,
         reset_key, key = jax.random.split(key)
         obs, env_state = envs.reset(spec, reset_key, num_episodes)
         zeros = jnp.zeros((num_episodes,), jnp.float32)
+        memory = network.initial_state(num_episodes) if network.use_lstm else ()
         carry = (obs, env_state, key, zeros, jnp.zeros((num_episodes,), jnp.int32),
-                 jnp.ones((num_episodes,), bool), jnp.int32(0))
+                 jnp.ones((num_episodes,), bool), jnp.int32(0), memory)
 
         def running(carry) -> Array:
-            *_, alive, t = carry
+            *_, alive, t, _ = carry
             return jnp.any(alive) & (t < limit)
 
         def body(carry):
-            obs, env_state, key, ret, length, alive, t = carry
+            obs, env_state, key, ret, length, alive, t, memory = carry
             key, step_key = jax.random.split(key)
-            out, env_state = envs.step(spec, step_key, env_state, greedy_actions(network, params, obs))
+            if network.use_lstm:  # one episode per env: the state starts at zeros, no reset needed
+                action, memory = greedy_recurrent_actions(network, params, obs, memory, jnp.zeros_like(alive))
+            else:
+                action = greedy_actions(network, params, obs)
+            out, env_state = envs.step(spec, step_key, env_state, action)
             ret = ret + jnp.where(alive, out.reward, 0.0)
             length = length + alive.astype(jnp.int32)
             alive = alive & ~(out.terminated | out.truncated)
-            return out.obs, env_state, key, ret, length, alive, t + 1
+            return out.obs, env_state, key, ret, length, alive, t + 1, memory
 
-        _, _, _, ret, length, alive, _ = lax.while_loop(running, body, carry)
+        _, _, _, ret, length, alive, _, _ = lax.while_loop(running, body, carry)
         return Evaluation(episode_return=ret, episode_length=length, finished=~alive)
 
     return evaluate

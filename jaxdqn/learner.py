@@ -121,27 +121,44 @@ def make_loss(config: DQNConfig, network: QNetwork) -> Callable:
 
 
 def make_sequence_loss(config: DQNConfig, network: QNetwork, *, eta: float = 0.9) -> Callable:
-    """Recurrent Q-learning on ``SequenceItem`` items (R2D2-style), with burn-in.
+    """Recurrent Q-learning on ``SequenceItem`` items (R2D2-style), with burn-in and n-step targets.
 
-    ``items.data`` is a ``Transition`` with leaves ``[B, L, ...]``; the online and target
-    networks are unrolled from ``items.init_state`` (zeros when the item has none), resetting
-    where ``items.first``. The first ``burn_in`` steps only warm up the recurrent state: the
-    online state after them is a ``stop_gradient``, and they carry no loss. Padding (``mask``
-    False) carries no loss either. Returns ``(loss, (priority [B], q_selected [B, L]))`` where a
-    sequence's priority is RLlib's / R2D2's mix ``eta * max|td| + (1 - eta) * mean|td|``.
+    ``items.data`` is a ``Transition`` of *one-step* transitions with leaves ``[B, L, ...]``
+    (``discount`` is 0 where the episode terminated). The online and target networks are
+    unrolled from ``items.init_state`` (zeros when the item has none), resetting where
+    ``items.first``. The first ``burn_in`` steps only warm up the recurrent state: the online
+    state after them is a ``stop_gradient``, and they carry no loss; padding (``mask`` False)
+    carries none either.
+
+    The bootstrap value of step ``t`` is the target network's Q on ``next_obs[t]`` from its state
+    after ``obs[t]``: exact at every step, also at a truncation inside the slice (where
+    ``next_obs`` is the old episode's final observation, not the next slot's ``obs``). n-step
+    targets (``config.n_step``) are summed inside the slice and stop at an episode's end and at
+    the slice's last valid step, which then bootstraps with ``gamma ** k`` for the ``k`` steps
+    taken (``losses.n_step_returns``).
+
+    Returns ``(loss, (priority [B], q_selected [B, L]))``: a sequence's priority is RLlib's /
+    R2D2's mix ``eta * max|td| + (1 - eta) * mean|td|`` over its trained steps.
     """
     td_loss = losses.huber if config.td_error_loss_fn == "huber" else losses.mse
-    burn_in = config.burn_in
+    burn_in, gamma, n = config.burn_in, config.gamma, config.n_step
 
-    def unroll(params, obs, state, first, key):
-        return network.apply(params, obs, state, first, rngs={"noise": key})
+    def unroll(params, obs, state, first, key, all_states=False):
+        return network.apply(params, obs, state, first, all_states=all_states, rngs={"noise": key})
+
+    def bootstrap_q(params, next_obs, states, key):  # Q [B, L, A] on next_obs[t] from states[t]
+        batch, length = next_obs.shape[:2]
+        flat = lambda x: x.reshape((batch * length, 1) + x.shape[2:])  # noqa: E731
+        flat_states = jax.tree_util.tree_map(lambda s: s.reshape((batch * length,) + s.shape[2:]), states)
+        q = unroll(params, flat(next_obs), flat_states, None, key)[0].q
+        return q.reshape((batch, length) + q.shape[2:])
 
     def loss_fn(params, target_params, items, weights: Array, key: Array):
         data = items.data
         batch = items.mask.shape[0]
         has_state = bool(jax.tree_util.tree_leaves(items.init_state))
         state = items.init_state if has_state else network.initial_state(batch)
-        burn_key, online_key, target_key = jax.random.split(key, 3)
+        burn_key, online_key, target_key, next_key, select_key = jax.random.split(key, 5)
         if burn_in > 0:
             _, warm = unroll(params, data.obs[:, :burn_in], state, items.first[:, :burn_in], burn_key)
             warm = lax.stop_gradient(warm)
@@ -150,24 +167,32 @@ def make_sequence_loss(config: DQNConfig, network: QNetwork, *, eta: float = 0.9
             q_tm1 = with_burn_in(rest.q)
         else:
             q_tm1 = unroll(params, data.obs, state, items.first, online_key)[0].q
-        # The bootstrap Q-values come from unrolling over next_obs from the same start (its
-        # resets shifted by one step: next_obs[t] starts an episode where first[t + 1]).
-        next_first = jnp.concatenate([items.first[:, 1:], jnp.zeros_like(items.first[:, :1])], axis=1)
-        q_t = unroll(target_params, data.next_obs, state, next_first, target_key)[0].q
+        _, target_states = unroll(target_params, data.obs, state, items.first, target_key, all_states=True)
+        q_next = bootstrap_q(target_params, data.next_obs, target_states, next_key)  # [B, L, A]
         if config.double_q:
-            selector = unroll(lax.stop_gradient(params), data.next_obs, state, next_first, target_key)[0].q
-            td = jax.vmap(jax.vmap(losses.double_q_learning_td))(
-                q_tm1, data.action, data.reward, data.discount, q_t, selector
-            )
+            frozen = lax.stop_gradient(params)
+            _, online_states = unroll(frozen, data.obs, state, items.first, select_key, all_states=True)
+            selector = bootstrap_q(frozen, data.next_obs, online_states, select_key)
+            value = jnp.take_along_axis(q_next, exploration.greedy(selector)[..., None], axis=-1)[..., 0]
         else:
-            td = jax.vmap(jax.vmap(losses.q_learning_td))(q_tm1, data.action, data.reward, data.discount, q_t)
+            value = jnp.max(q_next, axis=-1)  # [B, L]
+        # Step t's episode ends at t when it terminated or the next slot starts a new episode;
+        # the slice ends at t when the next slot is padding or t is the last slot.
+        shift = lambda x, fill: jnp.concatenate([x[:, 1:], jnp.full_like(x[:, :1], fill)], axis=1)  # noqa: E731
+        terminated = data.discount == 0.0
+        truncated = (shift(items.first, True) | ~shift(items.mask, False)) & ~terminated
+        returns, discounts, steps = jax.vmap(
+            lambda r, te, tr: losses.n_step_returns(r, te, tr, gamma=gamma, n=n))(data.reward, terminated, truncated)
+        last = jnp.arange(value.shape[1])[None, :] + jnp.maximum(steps, 1) - 1  # [B, L]
+        target = returns + discounts * jnp.take_along_axis(value, jnp.minimum(last, value.shape[1] - 1), axis=1)
+        q_selected = jnp.take_along_axis(q_tm1, data.action[..., None], axis=-1)[..., 0]
+        td = lax.stop_gradient(target) - q_selected  # [B, L]
         per_sequence = losses.masked_sequence_mean(td_loss(td), items.mask, burn_in=burn_in)
         keep = items.mask.at[:, :burn_in].set(False)
         abs_td = jnp.where(keep, jnp.abs(td), 0.0)
         priority = eta * jnp.max(abs_td, axis=1) + (1.0 - eta) * losses.masked_sequence_mean(
             jnp.abs(td), items.mask, burn_in=burn_in
         )
-        q_selected = jnp.take_along_axis(q_tm1, data.action[..., None], axis=-1)[..., 0]
         q_selected = jnp.where(keep, q_selected, jnp.nan)  # statistics over trained steps only
         return losses.weighted_mean(per_sequence, weights), (priority, q_selected)
 

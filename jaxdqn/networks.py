@@ -152,10 +152,12 @@ class QNetwork(nn.Module):
         state: tuple[Array, Array] | None = None,
         first: Array | None = None,
         deterministic: bool = False,
+        all_states: bool = False,
     ) -> QOutput | tuple[QOutput, tuple[Array, Array]]:
         """Q-values for ``obs`` ``[B, *obs]``; with the LSTM, ``obs`` is ``[B, T, *obs]``,
         ``state`` the state before step 0 and ``first`` ``[B, T]`` where to reset it; returns
-        ``(QOutput [B, T, ...], final state)``."""
+        ``(QOutput [B, T, ...], final state)``, or with ``all_states`` the state after every
+        step, ``(c, h)`` each ``[B, T, cell]`` (the sequence loss bootstraps from them)."""
         if not self.use_lstm:
             return self.head(self.torso(obs), deterministic)
         features = self.torso(obs)  # [B, T, F]
@@ -170,11 +172,13 @@ class QNetwork(nn.Module):
             x, reset = inputs
             carry = jax.tree_util.tree_map(lambda s: jnp.where(reset[:, None], 0.0, s), carry)
             carry, y = cell(carry, x)
-            return carry, y
+            return carry, (y, carry) if all_states else y
 
         scan = nn.scan(step, variable_broadcast="params", split_rngs={"params": False},
                        in_axes=1, out_axes=1)
         state, outputs = scan(cell, state, (features, first))
+        if all_states:
+            outputs, state = outputs
         return self.head(outputs, deterministic), state
 
 

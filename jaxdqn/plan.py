@@ -22,7 +22,13 @@ replica. Episode metrics are gathered from all replicas. ``init`` draws the netw
 shared key and everything else (envs, exploration, replay) from the key folded with the replica
 index.
 
-Feed-forward Q-networks only for now: sequence replay (``model.use_lstm``) is issue 7.
+Recurrent Q-networks (``model.use_lstm``, RLlib's R2D2-style replay): the actor carries the
+recurrent state across steps (``rollout.Memory``; reset where an episode starts), the store step
+cuts each fragment, with the last ``burn_in`` steps of the previous one in front, into overlapping
+sequences of ``config.sequence_length`` steps (``rollout.sequence_items``) that start from the
+actor's recorded state (or zeros with ``zero_init_states``), and the replay step trains on
+``train_batch_size`` sequences with ``learner.make_sequence_loss``, writing back one priority per
+sequence. ``buffer_size`` still counts timesteps (``config.buffer_items`` sequences).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from jax import lax
 from jaxdqn import buffers, envs, evaluation, exploration, learner, rollout
 from jaxdqn.config import DQNConfig
 from jaxdqn.networks import QNetwork, make_network
-from jaxdqn.types import Sample, Transition
+from jaxdqn.types import Sample
 
 Array = jax.Array
 RING = 100  # episodes over which RLlib reports episode_reward_mean (metrics_smoothing_episodes)
@@ -79,10 +85,10 @@ class Schedule(NamedTuple):
 def make_schedule(config: DQNConfig) -> Schedule:
     """The round-robin weights as exact small integers (see the module docstring)."""
     per_store = config.rollout_fragment_length * config.num_envs
-    native = config.train_batch_size / per_store
-    intensity = config.training_intensity or native
-    # replays per store = intensity * per_store / batch, as a fraction of small integers.
-    ratio = fractions.Fraction(intensity * per_store / config.train_batch_size).limit_denominator(64)
+    per_replay = replayed_steps(config)
+    intensity = config.training_intensity or per_replay / per_store
+    # replays per store = intensity * per_store / per_replay, as a fraction of small integers.
+    ratio = fractions.Fraction(intensity * per_store / per_replay).limit_denominator(64)
     if ratio == 0:
         raise ValueError(f"training_intensity={config.training_intensity} gives less than one "
                          f"replay per 64 stores; raise it")
@@ -95,6 +101,12 @@ def make_schedule(config: DQNConfig) -> Schedule:
         warmup_stores=math.ceil(config.learning_starts / per_store),
         iterations_per_chunk=max(1, math.ceil(config.timesteps_per_iteration / iteration_steps)),
     )
+
+
+def replayed_steps(config: DQNConfig) -> int:
+    """Timesteps one replay step trains on (all replicas): the batch, times the sequence length
+    with sequences (where ``train_batch_size`` counts sequences)."""
+    return config.train_batch_size * config.sequence_length
 
 
 def repeat(step: Callable[[Any, None], tuple[Any, None]], state: Any, times: int) -> Any:
@@ -173,30 +185,50 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
               axis_name: str | None = None, num_replicas: int = 1) -> Plan:
     """The ``Plan`` for ``config``; with ``axis_name``, one replica of ``num_replicas`` (see the
     module docstring)."""
-    if config.model.use_lstm:
-        raise ValueError("model.use_lstm=True: sequence replay in the execution plan comes with issue 7")
     if num_replicas > 1 and axis_name is None:
         raise ValueError(f"num_replicas={num_replicas} needs the axis_name of the device axis")
     num_envs, buffer_size, batch_size = split_totals(config, num_replicas)
+    recurrent = config.model.use_lstm
+    seq_len, burn_in = config.sequence_length, config.burn_in
+    capacity = buffer_size
+    if recurrent:
+        capacity = max(1, buffer_size // (seq_len - burn_in))
+        per_store_items = -(-config.rollout_fragment_length // (seq_len - burn_in)) * num_envs
+        if per_store_items > capacity or batch_size > capacity:
+            raise ValueError(f"buffer_size={config.buffer_size} holds {capacity} sequences of {seq_len} steps per "
+                             f"device, fewer than the {max(per_store_items, batch_size)} that one store or replay "
+                             f"step needs; raise buffer_size")
     spec = envs.make_env(config.env, config.env_params)
     network = make_network(config, spec.num_actions)
     optimizer = learner.make_optimizer(config)
     train_step = learner.make_train_step(config, network, optimizer, axis_name=axis_name)
     if config.prioritized_replay:
-        buf = buffers.prioritized(buffer_size, alpha=config.prioritized_replay_alpha,
+        buf = buffers.prioritized(capacity, alpha=config.prioritized_replay_alpha,
                                   eps=config.prioritized_replay_eps)
     else:
-        buf = buffers.uniform(buffer_size)
+        buf = buffers.uniform(capacity)
     schedule = make_schedule(config)
     n, length = config.n_step, config.rollout_fragment_length
     beta_points = [(0, config.prioritized_replay_beta),
                    (config.prioritized_replay_beta_annealing_timesteps, config.final_prioritized_replay_beta)]
 
-    def policy(params_and_eps, obs, key):
+    def policy(params_and_eps, obs, key, memory=None):
         params, eps = params_and_eps
         noise_key, act_key = jax.random.split(key)
-        q = network.apply(params, obs, rngs={"noise": noise_key}).q
-        return exploration.explore(act_key, q, eps, noisy=config.noisy)
+        if memory is None:
+            q = network.apply(params, obs, rngs={"noise": noise_key}).q
+            return exploration.explore(act_key, q, eps, noisy=config.noisy)
+        out, state = network.apply(params, obs[:, None], memory.state, memory.first[:, None],
+                                   rngs={"noise": noise_key})
+        return exploration.explore(act_key, out.q[:, 0], eps, noisy=config.noisy), state
+
+    def fragment(params_and_eps, actor: rollout.ActorState, key: Array):
+        """``(actor, items to store, episodes)`` of one rollout fragment."""
+        if recurrent:
+            return rollout.sequence_fragment(spec, policy, params_and_eps, actor, key, length=length,
+                                             seq_len=seq_len, burn_in=burn_in, gamma=config.gamma,
+                                             zero_init_states=config.zero_init_states)
+        return rollout.fragment(spec, policy, params_and_eps, actor, key, length=length, gamma=config.gamma, n=n)
 
     def behaviour(state: TrainState):
         eps = exploration.epsilon(config.exploration_config, state.metrics.num_steps_sampled)
@@ -204,11 +236,10 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
 
     def store(state: TrainState, _=None) -> tuple[TrainState, None]:
         key, step_key = jax.random.split(state.key)
-        actor, transitions, episodes = rollout.fragment(
-            spec, policy, behaviour(state), state.actor, step_key, length=length, gamma=config.gamma, n=n)
+        actor, items, episodes = fragment(behaviour(state), state.actor, step_key)
         metrics = record_episodes(state.metrics, episodes)
         metrics = metrics._replace(num_steps_sampled=metrics.num_steps_sampled + schedule.steps_per_store)
-        return state._replace(buffer=buf.add(state.buffer, transitions), actor=actor, metrics=metrics, key=key), None
+        return state._replace(buffer=buf.add(state.buffer, items), actor=actor, metrics=metrics, key=key), None
 
     def replay(state: TrainState, _=None) -> tuple[TrainState, None]:
         key, sample_key, train_key = jax.random.split(state.key, 3)
@@ -224,7 +255,7 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
             learner_state, sampled, target_network_update_freq=config.target_network_update_freq, tau=config.tau)
         m = state.metrics
         metrics = m._replace(
-            num_steps_trained=m.num_steps_trained + config.train_batch_size,
+            num_steps_trained=m.num_steps_trained + replayed_steps(config),
             num_target_updates=m.num_target_updates + synced.astype(jnp.int32),
             last_target_update_ts=learner_state.last_target_update,
             learner=info._replace(td_error=jnp.zeros((0,), jnp.float32)),
@@ -241,8 +272,11 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         if axis_name is not None:
             key = jax.random.fold_in(key, lax.axis_index(axis_name))
         env_key, prime_key, key = jax.random.split(key, 3)
-        actor = rollout.init(spec, env_key, num_envs, n)
-        learner_state = learner.init(network, optimizer, learner_key, actor.obs)
+        if recurrent:  # the pending steps are the next slice's burn-in; n-step sums are the loss's
+            actor = rollout.init(spec, env_key, num_envs, burn_in + 1, recurrent_state=network.initial_state(num_envs))
+        else:
+            actor = rollout.init(spec, env_key, num_envs, n)
+        learner_state = learner.init(network, optimizer, learner_key, actor.obs[:, None] if recurrent else actor.obs)
         zero = lambda dtype=jnp.int32: jnp.zeros((), dtype)  # noqa: E731
         info = learner.LearnInfo(*(jnp.zeros((), jnp.float32) for _ in range(7)), jnp.zeros((0,), jnp.float32))
         ring = ring_size(num_replicas)
@@ -250,14 +284,16 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
                           ring_pos=zero(), episodes_total=zero(), num_steps_sampled=zero(),
                           num_steps_trained=zero(), num_target_updates=zero(), last_target_update_ts=zero(),
                           learner=info)
-        obs0 = actor.obs[0]
-        example = Transition(obs=obs0, action=jnp.zeros((), jnp.int32), reward=jnp.zeros((), jnp.float32),
-                             discount=jnp.zeros((), jnp.float32), next_obs=obs0)
+        shapes = jax.eval_shape(lambda a, k: fragment((learner_state.params, 0.0), a, k)[1], actor, prime_key)
+        example = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape[1:], s.dtype), shapes)  # one item
         state = TrainState(learner=learner_state, buffer=buf.init(example), actor=actor, metrics=metrics, key=key)
-        actor, episodes = rollout.prime(spec, policy, behaviour(state), actor, prime_key)
-        metrics = record_episodes(metrics, episodes)._replace(num_steps_sampled=jnp.int32((n - 1) * config.num_envs))
-        state = state._replace(actor=actor, metrics=metrics)
+        if not recurrent:  # fill the n-step look-ahead
+            actor, episodes = rollout.prime(spec, policy, behaviour(state), actor, prime_key)
+            metrics = record_episodes(metrics, episodes)._replace(
+                num_steps_sampled=jnp.int32((n - 1) * config.num_envs))
+            state = state._replace(actor=actor, metrics=metrics)
         return repeat(store, state, schedule.warmup_stores)
+
 
     def gather(x: Array) -> Array:  # [...] -> [D, ...]: every replica's value
         return lax.all_gather(x, axis_name) if axis_name is not None else x[None]
@@ -301,8 +337,12 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
 
     evaluate = evaluation.make_evaluate(spec, network, config.evaluation_num_episodes)
 
-    def act(params: Any, obs: Array) -> Array:
-        """Greedy actions ``[B]`` for observations ``[B, *obs]`` (RLlib's compute_actions, explore=False)."""
+    def act(params: Any, obs: Array, memory: rollout.Memory | None = None) -> Any:
+        """Greedy actions ``[B]`` for observations ``[B, *obs]`` (RLlib's compute_actions,
+        explore=False); a recurrent network also takes the ``rollout.Memory`` (state, first) and
+        returns ``(actions, next state)``."""
+        if recurrent:
+            return evaluation.greedy_recurrent_actions(network, params, obs, memory.state, memory.first)
         return evaluation.greedy_actions(network, params, obs)
 
     return Plan(init=init, store=store, replay=replay, iteration=iteration, chunk=chunk, train=train,

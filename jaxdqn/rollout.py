@@ -8,6 +8,11 @@ stops at its episode's end (``losses.n_step_returns``: ``gamma^k`` for the ``k``
 after a termination), so a transition never mixes two episodes. ``prime`` fills ``pending``
 once before the first fragment, so every fragment emits exactly ``F * E`` transitions (static
 shapes).
+
+Recurrent Q-networks: the actor also carries a ``Memory`` (the recurrent state and whether the
+current observation starts an episode, where the network resets the state); the policy then is
+``(params, obs, key, memory) -> (actions, recurrent state)`` and every ``RawStep`` records the
+memory it acted from, so the store step can cut sequences that start from the right state.
 """
 
 from __future__ import annotations
@@ -18,8 +23,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxdqn import envs, losses
-from jaxdqn.types import Transition
+from jaxdqn import buffers, envs, losses
+from jaxdqn.types import SequenceItem, Transition
 
 Array = jax.Array
 
@@ -33,6 +38,14 @@ class RawStep(NamedTuple):
     terminated: Array  # bool
     truncated: Array  # bool
     next_obs: Array  # the true successor (gymnax's final observation at an episode's end)
+    memory: Any = ()  # recurrent actors: the Memory acted from (before the step); () otherwise
+
+
+class Memory(NamedTuple):
+    """A recurrent actor's memory, leaves ``[E, ...]``."""
+
+    state: Any  # the recurrent state before acting on ``obs`` (reset by the network where ``first``)
+    first: Array  # [E] bool: ``obs`` is an episode's first observation
 
 
 class ActorState(NamedTuple):
@@ -41,6 +54,7 @@ class ActorState(NamedTuple):
     episode_return: Array  # [E] float32, of the running episodes
     episode_length: Array  # [E] int32
     pending: RawStep  # leaves [n - 1, E, ...]: the look-ahead carried into the next fragment
+    memory: Any = ()  # recurrent actors: Memory, leaves [E, ...]; () for feed-forward ones
 
 
 class Episodes(NamedTuple):
@@ -51,7 +65,7 @@ class Episodes(NamedTuple):
     episode_length: Array  # int32, valid where done
 
 
-Policy = Callable[[Any, Array, Array], Array]  # (params, obs [E, *obs], key) -> actions [E]
+Policy = Callable[..., Any]  # (params, obs [E, *obs], key) -> actions [E]; recurrent: see the module doc
 
 
 def run_steps(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array,
@@ -60,17 +74,23 @@ def run_steps(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState
 
     def body(actor: ActorState, key: Array):
         act_key, env_key = jax.random.split(key)
-        action = policy(params, actor.obs, act_key)
+        recurrent = isinstance(actor.memory, Memory)
+        if recurrent:
+            action, state = policy(params, actor.obs, act_key, actor.memory)
+        else:
+            action = policy(params, actor.obs, act_key)
         out, env_state = envs.step(spec, env_key, actor.env_state, action)
         done = out.terminated | out.truncated
         ret = actor.episode_return + out.reward
         length = actor.episode_length + 1
         raw = RawStep(obs=actor.obs, action=action.astype(jnp.int32), reward=out.reward,
-                      terminated=out.terminated, truncated=out.truncated, next_obs=out.next_obs)
+                      terminated=out.terminated, truncated=out.truncated, next_obs=out.next_obs,
+                      memory=actor.memory)
         episodes = Episodes(done=done, episode_return=ret, episode_length=length)
         actor = actor._replace(env_state=env_state, obs=out.obs,
                                episode_return=jnp.where(done, 0.0, ret),
-                               episode_length=jnp.where(done, 0, length))
+                               episode_length=jnp.where(done, 0, length),
+                               memory=Memory(state=state, first=done) if recurrent else actor.memory)
         return actor, (raw, episodes)
 
     if num_steps == 1:  # no one-trip loop (see plan.repeat)
@@ -81,19 +101,28 @@ def run_steps(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState
     return actor, raw, episodes
 
 
-def init(spec: envs.EnvSpec, key: Array, num_envs: int, n_step: int) -> ActorState:
-    """Fresh episodes; ``pending`` is empty-shaped until ``prime`` fills it."""
+def init(spec: envs.EnvSpec, key: Array, num_envs: int, n_step: int, *,
+         recurrent_state: Any = None) -> ActorState:
+    """Fresh episodes; ``pending`` holds ``n_step - 1`` zero steps until ``prime`` (or, for
+    sequences, the first fragment) fills it. ``recurrent_state`` (leaves ``[E, ...]``, the
+    network's initial state) makes a recurrent actor: its memory starts there, every env at an
+    episode's first observation."""
     obs, env_state = envs.reset(spec, key, num_envs)
+    memory: Any = ()
+    if recurrent_state is not None:
+        memory = Memory(state=recurrent_state, first=jnp.ones((num_envs,), bool))
+    zeros = lambda x: jnp.zeros((n_step - 1,) + jnp.shape(x), jnp.asarray(x).dtype)  # noqa: E731
     pending = RawStep(
-        obs=jnp.zeros((n_step - 1,) + obs.shape, obs.dtype),
+        obs=zeros(obs),
         action=jnp.zeros((n_step - 1, num_envs), jnp.int32),
         reward=jnp.zeros((n_step - 1, num_envs), jnp.float32),
         terminated=jnp.zeros((n_step - 1, num_envs), bool),
         truncated=jnp.zeros((n_step - 1, num_envs), bool),
-        next_obs=jnp.zeros((n_step - 1,) + obs.shape, obs.dtype),
+        next_obs=zeros(obs),
+        memory=jax.tree_util.tree_map(zeros, memory),  # first: False, so the slicer masks these steps
     )
     return ActorState(env_state=env_state, obs=obs, episode_return=jnp.zeros((num_envs,), jnp.float32),
-                      episode_length=jnp.zeros((num_envs,), jnp.int32), pending=pending)
+                      episode_length=jnp.zeros((num_envs,), jnp.int32), pending=pending, memory=memory)
 
 
 def prime(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array
@@ -130,3 +159,31 @@ def fragment(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState,
     transitions = n_step_transitions(window, count=length, gamma=gamma, n=n)
     pending = jax.tree_util.tree_map(lambda w: w[length:], window)
     return actor._replace(pending=pending), transitions, episodes
+
+
+def sequence_fragment(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array, *,
+                      length: int, seq_len: int, burn_in: int, gamma: float, zero_init_states: bool
+                      ) -> tuple[ActorState, SequenceItem, Episodes]:
+    """A recurrent actor's ``fragment``: ``length`` steps per env cut into sequence items
+    (``sequence_items``); the last ``burn_in`` steps stay pending as the next slice's burn-in."""
+    actor, raw, episodes = run_steps(spec, policy, params, actor, key, length)
+    window = jax.tree_util.tree_map(lambda p, r: jnp.concatenate([p, r]), actor.pending, raw)
+    items = sequence_items(window, seq_len=seq_len, burn_in=burn_in, gamma=gamma, zero_init_states=zero_init_states)
+    pending = jax.tree_util.tree_map(lambda w: w[length:], window)
+    return actor._replace(pending=pending), items, episodes
+
+
+def sequence_items(window: RawStep, *, seq_len: int, burn_in: int, gamma: float,
+                   zero_init_states: bool) -> SequenceItem:
+    """Sequence items (``SequenceItem`` of one-step ``Transition``s) of a recurrent actor's window.
+
+    ``window`` is ``[burn_in + F, E]``: the last ``burn_in`` steps of the previous fragment (the
+    burn-in of the first new slice) and ``F`` new steps. Each slice stores the recurrent state the
+    actor had before its first step (none with ``zero_init_states``: the loss starts from zeros); ``first`` comes from
+    the recorded memories. The n-step sums are the loss's job (``learner.make_sequence_loss``).
+    """
+    transitions = Transition(obs=window.obs, action=window.action, reward=window.reward,
+                             discount=jnp.where(window.terminated, 0.0, gamma).astype(jnp.float32),
+                             next_obs=window.next_obs)
+    return buffers.timeslice(transitions, window.memory.first, seq_len=seq_len, burn_in=burn_in, start=burn_in,
+                             states=None if zero_init_states else window.memory.state, zero_init_states=False)

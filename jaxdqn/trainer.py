@@ -24,6 +24,7 @@ import jaxdqn
 from jaxdqn import checkpoint, exploration, parallel
 from jaxdqn.config import DQNConfig, algo_of, from_dict, to_dict
 from jaxdqn.plan import BatchHook
+from jaxdqn.rollout import Memory
 
 # Keys that may differ between a checkpoint and the config that restores it: they change how
 # long or how often the shell runs things, never the state or the arithmetic of a step.
@@ -184,13 +185,40 @@ class Trainer:
             return one(out.episode_return, out.episode_length)
         return [one(out.episode_return[s], out.episode_length[s]) for s in range(self.num_seeds)]
 
-    def compute_single_action(self, observation: Any, *, explore: bool = False, seed: int = 0) -> int:
-        """The action for one observation: greedy, or epsilon-greedy at the current epsilon."""
+    def get_initial_state(self) -> list[np.ndarray]:
+        """A recurrent policy's initial state for ``compute_single_action`` (RLlib's name):
+        ``[c, h]``, each ``[lstm_cell_size]``; ``[]`` for a feed-forward one."""
+        if not self.config.model.use_lstm:
+            return []
+        return [np.asarray(x[0]) for x in self.plan.network.initial_state(1)]
+
+    def compute_single_action(self, observation: Any, state: list[Any] | None = None, *,
+                              explore: bool = False, seed: int = 0) -> Any:
+        """The action for one observation: greedy, or epsilon-greedy at the current epsilon.
+
+        A recurrent policy (``model.use_lstm``) also takes the ``state`` it returned for the
+        previous observation of the episode (``None`` or ``get_initial_state()`` at an episode's
+        start) and returns ``(action, state_out)``, as RLlib's does.
+        """
         obs = jnp.asarray(observation, jnp.float32)
         if obs.shape != self.plan.spec.obs_shape:
             raise ValueError(f"observation has shape {obs.shape}; this env's is {self.plan.spec.obs_shape}")
         params = self._seed_view(self.params, seed)
-        action = int(self._act(params, obs[None])[0])
+        recurrent = self.config.model.use_lstm
+        if recurrent:
+            first = state is None
+            state = self.get_initial_state() if state is None else state
+            if len(state) != 2 or any(np.shape(x) != (self.config.model.lstm_cell_size,) for x in state):
+                raise ValueError(f"state must be [c, h], each of shape ({self.config.model.lstm_cell_size},) "
+                                 f"as get_initial_state() returns, got shapes {[np.shape(x) for x in state]}")
+            memory = Memory(state=tuple(jnp.asarray(x, jnp.float32)[None] for x in state),
+                            first=jnp.full((1,), first))
+            actions, state_out = self._act(params, obs[None], memory)
+            action = int(actions[0])
+        else:
+            if state:
+                raise ValueError("state is only for recurrent policies (model.use_lstm=True); this one is feed-forward")
+            action = int(self._act(params, obs[None])[0])
         if explore:
             sampled = self._seed_view(self.runner.unreplicate(self.state.metrics.num_steps_sampled), seed)
             eps = float(exploration.epsilon(self.config.exploration_config, sampled))
@@ -198,6 +226,8 @@ class Trainer:
             rng = np.random.default_rng([self.config.seed, seed, int(sampled), self._explore_draws])
             if rng.random() < eps:
                 action = int(rng.integers(self.plan.spec.num_actions))
+        if recurrent:
+            return action, [np.asarray(x[0]) for x in state_out]
         return action
 
     # --- checkpoints ----------------------------------------------------------------------------

@@ -41,6 +41,8 @@ def test_defaults_follow_rllib_1x():
         (dict(training_intensity=0), "training_intensity"),
         (dict(burn_in=3, replay_sequence_length=3, model=ModelConfig(use_lstm=True)), "burn_in"),
         (dict(replay_sequence_length=8), "replay_sequence_length"),
+        (dict(burn_in=2), "burn_in"),  # burn-in without an LSTM
+        (dict(model=ModelConfig(use_lstm=True, max_seq_len=4), train_batch_size=64, buffer_size=200), "train_batch_size"),
         (dict(rollout_fragment_length=2.5), "rollout_fragment_length"),
         (dict(double_q="yes"), "double_q"),
         (dict(exploration_config=dict(type="SoftQ")), "exploration_config.type"),

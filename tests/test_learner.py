@@ -168,64 +168,6 @@ def test_epsilon_greedy():
     assert abs((actions != 1).mean() - 0.3 * 2 / 3) < 0.03
 
 
-def sequence_items(batch=3, length=6, obs_dim=3, seed=0):
-    from jaxdqn.types import SequenceItem
-
-    k = jax.random.split(jax.random.key(seed), 4)
-    data = Transition(
-        obs=jax.random.normal(k[0], (batch, length, obs_dim)),
-        action=jax.random.randint(k[1], (batch, length), 0, 2),
-        reward=jax.random.normal(k[2], (batch, length)),
-        discount=jnp.full((batch, length), 0.9),
-        next_obs=jax.random.normal(k[3], (batch, length, obs_dim)),
-    )
-    mask = jnp.ones((batch, length), bool).at[0, -2:].set(False)  # item 0 ends in padding
-    first = jnp.zeros((batch, length), bool).at[1, 3].set(True)  # item 1 has an episode start
-    return SequenceItem(data=data, mask=mask, first=first, init_state=())
-
-
-def recurrent_setup(burn_in=2):
-    config = DQNConfig(model=ModelConfig(fcnet_hiddens=(8,), use_lstm=True, lstm_cell_size=8),
-                       hiddens=(8,), replay_sequence_length=6, burn_in=burn_in, prioritized_replay=True)
-    net = make_network(config, 2)
-    opt = learner.make_optimizer(config)
-    items = sequence_items()
-    state = learner.init(net, opt, jax.random.key(0), items.data.obs)
-    return config, net, opt, items, state
-
-
-def test_burn_in_steps_carry_no_gradient_and_padding_no_loss():
-    config, net, opt, items, state = recurrent_setup(burn_in=2)
-    loss_fn = learner.make_sequence_loss(config, net)
-
-    def loss_of_obs(obs):
-        data = items.data._replace(obs=obs)
-        return loss_fn(state.params, state.target_params, items._replace(data=data), jnp.ones(3), jax.random.key(1))[0]
-
-    grad = jax.jit(jax.grad(loss_of_obs))(items.data.obs)
-    np.testing.assert_array_equal(grad[:, :2], 0.0)  # burn-in inputs: no gradient
-    assert np.abs(grad[:, 2:]).sum() > 0
-    np.testing.assert_array_equal(grad[0, -2:], 0.0)  # padding: no loss, no gradient
-    changed = items.data.reward.at[0, -2:].set(100.0)  # rewards under padding change nothing
-    a = loss_fn(state.params, state.target_params, items, jnp.ones(3), jax.random.key(1))
-    b = loss_fn(state.params, state.target_params, items._replace(data=items.data._replace(reward=changed)),
-                jnp.ones(3), jax.random.key(1))
-    np.testing.assert_allclose(a[0], b[0], rtol=1e-6)
-
-
-def test_recurrent_train_step_gives_one_priority_per_sequence():
-    config, net, opt, items, state = recurrent_setup(burn_in=2)
-    step = jax.jit(lambda s, x: learner.make_train_step(config, net, opt)(s, x, env_steps=0, key=jax.random.key(2)))
-    sample = Sample(items=items, indices=jnp.arange(3), weights=jnp.ones(3))
-    new, info = step(state, sample)
-    assert info.td_error.shape == (3,) and bool(jnp.all(info.td_error >= 0))
-    assert np.isfinite(float(info.mean_q)) and float(info.min_q) <= float(info.max_q)
-    # the train step hands the loss's per-sequence priorities on for the buffer update
-    _, (priority, _) = learner.make_sequence_loss(config, net)(
-        state.params, state.target_params, items, jnp.ones(3), jax.random.key(2))
-    np.testing.assert_allclose(info.td_error, priority, rtol=1e-5)
-
-
 def test_noisy_nets_explore_through_their_noise_not_epsilon():
     from jaxdqn.networks import QNetwork
 

@@ -4,6 +4,7 @@ Through ``make_train`` (vmapped seeds in one program) and through the ``jaxdqn``
 the shipped tuned examples; RLlib's own CartPole tuned examples run unchanged.
 """
 
+import dataclasses
 import json
 import pathlib
 
@@ -13,7 +14,7 @@ import pytest
 
 from jaxdqn import cli
 from jaxdqn.config import from_dict
-from jaxdqn.plan import make_train
+from jaxdqn.plan import make_plan, make_train
 
 pytestmark = pytest.mark.slow
 DATA = pathlib.Path(__file__).parent / "data" / "rllib"
@@ -57,3 +58,28 @@ def test_rllib_tuned_cartpole_examples_reach_150(tmp_path, name):
     results = [json.loads(line) for line in (tmp_path / "result.json").read_text().splitlines()]
     assert results[-1]["episode_reward_mean"] >= 150, [r["episode_reward_mean"] for r in results]
     assert results[-1]["timesteps_total"] <= 50_000 + results[-1]["timesteps_this_iter"]
+
+
+def greedy_returns_of_10_seeds(config):
+    """Mean greedy return (``evaluation_num_episodes`` episodes) of 10 vmapped seeds after training."""
+    plan = make_plan(config)
+
+    def run(key):
+        final, _ = plan.train(key)
+        return plan.evaluate(final.learner.params, jax.random.fold_in(key, 7)).episode_return.mean()
+
+    return np.asarray(jax.jit(jax.vmap(run))(jax.random.split(jax.random.key(1), 10)))
+
+
+def test_recurrent_dqn_remembers_where_a_feed_forward_one_cannot():
+    """MemoryChain (context shown only at the start, asked for 10 steps later): the LSTM with
+    sequence replay reaches a greedy return >= 0.9 on 8 of 10 seeds; the same DQN without the LSTM
+    stays at chance (|mean| < 0.5) on every seed."""
+    config = tuned_config("dqn", "MemoryChain-bsuite")
+    assert config.model.use_lstm and config.env_params == (("memory_length", 10),)
+    recurrent = greedy_returns_of_10_seeds(config)
+    assert int(np.sum(recurrent >= 0.9)) >= 8, recurrent
+    feed_forward = config.replace(model=dataclasses.replace(config.model, use_lstm=False), burn_in=0,
+                                  train_batch_size=128)
+    chance = greedy_returns_of_10_seeds(feed_forward)
+    assert np.all(np.abs(chance) < 0.5), chance
