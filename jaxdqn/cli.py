@@ -20,7 +20,8 @@ from typing import Any, Mapping, Sequence
 
 STOP_KEYS = ("episode_reward_mean", "timesteps_total", "training_iteration")
 TUNED = {("dqn", "CartPole-v1"): "cartpole-v1-dqn.yaml", ("simple_q", "CartPole-v1"): "cartpole-v1-simpleq.yaml",
-         ("dqn", "Acrobot-v1"): "acrobot-v1-dqn.yaml", ("dqn", "MemoryChain-bsuite"): "memorychain-bsuite-dqn-lstm.yaml"}
+         ("dqn", "Acrobot-v1"): "acrobot-v1-dqn.yaml", ("dqn", "MemoryChain-bsuite"): "memorychain-bsuite-dqn-lstm.yaml",
+         ("dqn", "MultiCartPole-v1"): "multicartpole-v1-dqn.yaml"}
 
 
 class UsageError(Exception):

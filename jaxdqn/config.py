@@ -129,6 +129,97 @@ class ModelConfig:
         _int("model.max_seq_len", self.max_seq_len, 1)
 
 
+# DQNConfig keys a policy of a multi-agent run may override (they shape only its own learner).
+POLICY_KEYS = ("lr", "lr_schedule", "gamma", "adam_epsilon", "grad_clip", "hiddens", "dueling", "double_q",
+               "num_atoms", "v_min", "v_max", "noisy", "sigma0", "td_error_loss_fn", "model",
+               "target_network_update_freq", "tau")
+REPLAY_MODES = ("independent", "lockstep")
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiAgentConfig:
+    """RLlib's ``multiagent`` dict.
+
+    ``policies``: policy ids, or a mapping id -> per-policy overrides of ``POLICY_KEYS`` (``None``,
+    a dict, or RLlib's ``(policy_cls, obs_space, act_space, config)`` tuple whose config is used);
+    stored as ``((id, ((key, value), ...)), ...)``. ``policy_mapping_fn``: agent id -> policy id,
+    a mapping or a Python callable (resolved once against the env's agents when the plan is built:
+    the mapping is static). ``policies_to_train``: the policies that learn (all when ``None``).
+    ``replay_mode``: ``"independent"`` (one buffer per policy, each samples its own batch) or
+    ``"lockstep"`` (one buffer of joint steps, all policies replay the same steps; uniform only).
+    """
+
+    policies: Any = ("default_policy",)
+    policy_mapping_fn: Any = None  # None: every agent -> the only policy
+    policies_to_train: tuple[str, ...] | None = None
+    replay_mode: str = "independent"
+
+    def __post_init__(self) -> None:
+        policies = self.policies
+        if isinstance(policies, Mapping):
+            policies = list(policies.items())
+        entries = []
+        for entry in policies or ():
+            pid, overrides = (entry, None) if isinstance(entry, str) else tuple(entry)
+            if isinstance(overrides, (tuple, list)) and len(overrides) == 4 and not isinstance(overrides[0], (tuple, list)):
+                overrides = overrides[3]  # RLlib's (policy_cls, obs_space, act_space, config)
+            overrides = dict(overrides or {})
+            for key in overrides:
+                if key not in POLICY_KEYS:
+                    _fail(f"multiagent.policies.{pid}.{key}", overrides[key],
+                          f"a policy may override only {list(POLICY_KEYS)}")
+            if overrides.get("model", {}) and dict(overrides["model"]).get("use_lstm"):
+                _fail(f"multiagent.policies.{pid}.model.use_lstm", True, "recurrent multi-agent policies are not supported")
+            entries.append((str(pid), tuple(sorted(overrides.items()))))
+        if not entries:
+            _fail("multiagent.policies", self.policies, "must name at least one policy")
+        ids = [pid for pid, _ in entries]
+        if len(set(ids)) != len(ids):
+            _fail("multiagent.policies", ids, "must not repeat a policy id")
+        _set(self, "policies", tuple(entries))
+        mapping = self.policy_mapping_fn
+        if mapping is None and len(ids) > 1:
+            _fail("multiagent.policy_mapping_fn", None, f"is required with several policies {ids}")
+        if isinstance(mapping, Mapping) or isinstance(mapping, (tuple, list)):
+            mapping = tuple(sorted((str(a), str(p)) for a, p in dict(mapping).items()))
+            bad = sorted({p for _, p in mapping} - set(ids))
+            if bad:
+                _fail("multiagent.policy_mapping_fn", dict(mapping), f"maps to unknown policies {bad}; policies: {ids}")
+            _set(self, "policy_mapping_fn", mapping)
+        elif mapping is not None and not callable(mapping):
+            _fail("multiagent.policy_mapping_fn", mapping, "must be a mapping agent id -> policy id, or a callable")
+        if self.policies_to_train is not None:
+            train = tuple(str(p) for p in self.policies_to_train)
+            if not set(train) <= set(ids):
+                _fail("multiagent.policies_to_train", list(train), f"must be a subset of the policies {ids}")
+            _set(self, "policies_to_train", train)
+        if self.replay_mode not in REPLAY_MODES:
+            _fail("multiagent.replay_mode", self.replay_mode, f"supported: {list(REPLAY_MODES)}")
+
+    @property
+    def policy_ids(self) -> tuple[str, ...]:
+        return tuple(pid for pid, _ in self.policies)
+
+    def policy_of(self, agents: tuple[str, ...]) -> dict[str, str]:
+        """The static agent -> policy mapping for ``agents`` (the env's); refuses an agent that the
+        mapping leaves out or maps to an unknown policy, naming it."""
+        mapping = self.policy_mapping_fn
+        if mapping is None:
+            return {agent: self.policy_ids[0] for agent in agents}
+        if callable(mapping):
+            out = {agent: mapping(agent) for agent in agents}
+        else:
+            out = dict(mapping)
+            missing = sorted(set(agents) - set(out))
+            if missing:
+                _fail("multiagent.policy_mapping_fn", dict(mapping), f"does not map the agents {missing}")
+            out = {agent: out[agent] for agent in agents}
+        bad = {a: p for a, p in out.items() if p not in self.policy_ids}
+        if bad:
+            _fail("multiagent.policy_mapping_fn", bad, f"maps to unknown policies; policies: {list(self.policy_ids)}")
+        return out
+
+
 @dataclasses.dataclass(frozen=True)
 class DQNConfig:
     """DQN (Rainbow-capable) configuration; the defaults are RLlib 1.x's DQN defaults."""
@@ -178,10 +269,13 @@ class DQNConfig:
     replay_sequence_length: int = 1
     burn_in: int = 0
     zero_init_states: bool = True
+    multiagent: MultiAgentConfig | None = None  # None: single-agent (or one shared policy on a multi-agent env)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.env, str) or not self.env:
-            _fail("env", self.env, "must be a gymnax environment name such as 'CartPole-v1'")
+        multi_agent_object = hasattr(self.env, "agents") and hasattr(self.env, "step_env")
+        if not multi_agent_object and (not isinstance(self.env, str) or not self.env):
+            _fail("env", self.env, "must be a gymnax environment name such as 'CartPole-v1' (or a "
+                  "jaxdqn.multi_agent_envs.MultiAgentEnv object)")
         params = self.env_params
         if isinstance(params, Mapping):
             params = tuple(sorted(params.items()))
@@ -209,6 +303,21 @@ class DQNConfig:
             _set(self, "model", ModelConfig(**dict(self.model)))
         if not isinstance(self.exploration_config, ExplorationConfig):
             _set(self, "exploration_config", ExplorationConfig(**dict(self.exploration_config)))
+        if self.multiagent is not None and not isinstance(self.multiagent, MultiAgentConfig):
+            if not isinstance(self.multiagent, Mapping):
+                _fail("multiagent", self.multiagent, "must be a mapping with policies, policy_mapping_fn, ...")
+            known = {f.name for f in dataclasses.fields(MultiAgentConfig)}
+            for k in self.multiagent:
+                if k not in known:
+                    _unknown(f"multiagent.{k}", {f"multiagent.{f}" for f in known}, "unknown config key")
+            _set(self, "multiagent", MultiAgentConfig(**dict(self.multiagent)))
+        if self.multiagent is not None:
+            if self.multiagent.replay_mode == "lockstep" and self.prioritized_replay:
+                _fail("multiagent.replay_mode", "lockstep", "does not support prioritized replay (as in RLlib): "
+                      "set prioritized_replay=False or replay_mode='independent'")
+            if self.model.use_lstm:
+                _fail("model.use_lstm", True, "recurrent multi-agent policies are not supported; "
+                      "remove the multiagent section or the LSTM")
         _number("adam_epsilon", self.adam_epsilon, 0.0, open_low=True)
         if self.grad_clip is not None:
             _number("grad_clip", self.grad_clip, 0.0, open_low=True)
@@ -373,8 +482,10 @@ def _map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
                                  "replay (as in RLlib): set prioritized_replay=False or replay_mode="
                                  "'independent'")
             if policies:
-                raise ValueError("multiagent.policies is not supported yet: jaxdqn trains a single "
-                                 "policy; remove the multiagent section")
+                ignored = {"observation_fn", "count_steps_by", "policy_map_capacity", "policy_map_cache"}
+                if multiagent.get("count_steps_by", "env_steps") != "env_steps":
+                    _fail("multiagent.count_steps_by", multiagent["count_steps_by"], "supported: 'env_steps'")
+                out["multiagent"] = {k: v for k, v in multiagent.items() if k not in ignored}
         elif key == "evaluation_config":
             if dict(value).get("explore", False):
                 raise ValueError("evaluation_config.explore=True is not supported: evaluation is greedy")
@@ -443,8 +554,23 @@ def to_dict(config: DQNConfig) -> dict[str, Any]:
             return {k: plain(v) for k, v in x.items()}
         return x
 
+    if not isinstance(config.env, str):
+        raise ValueError(f"env={config.env!r} is an object: configs are written with environment names; "
+                         f"add it to jaxdqn.multi_agent_envs.REGISTRY under a name")
     out = plain(dataclasses.asdict(config))
     out["env_params"] = {k: v for k, v in config.env_params}
+    ma = config.multiagent
+    if ma is not None:
+        if callable(ma.policy_mapping_fn):
+            raise ValueError("multiagent.policy_mapping_fn is a callable: resolve it to a mapping first "
+                             "(the Trainer does; see MultiAgentConfig.policy_of)")
+        out["multiagent"] = {
+            "policies": {pid: {k: plain(dataclasses.asdict(v)) if dataclasses.is_dataclass(v) else plain(v)
+                               for k, v in overrides} for pid, overrides in ma.policies},
+            "policy_mapping_fn": dict(ma.policy_mapping_fn) if ma.policy_mapping_fn else None,
+            "policies_to_train": list(ma.policies_to_train) if ma.policies_to_train is not None else None,
+            "replay_mode": ma.replay_mode,
+        }
     return out
 
 

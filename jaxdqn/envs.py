@@ -75,19 +75,25 @@ def make_env(env: str | Any, env_params: Mapping[str, Any] | tuple = (), params:
         params = default if params is None else params
     elif params is None:
         params = env.default_params
-    if overrides:
-        fields = {f.name for f in dataclasses.fields(params)} if dataclasses.is_dataclass(params) else set()
-        unknown = sorted(set(overrides) - fields)
-        if unknown:
-            raise ValueError(f"env_params {unknown} are not fields of {type(params).__name__}; "
-                             f"valid: {sorted(fields)}")
-        params = params.replace(**overrides)
+    params = override_params(params, overrides)
     space = env.action_space(params)
     if not isinstance(space, spaces.Discrete):
         raise ValueError(f"env {getattr(env, 'name', env)!r} has a {type(space).__name__} action space; "
                          "DQN needs a Discrete one")
     obs_shape = tuple(env.observation_space(params).shape)
     return EnvSpec(env=env, params=params, obs_shape=obs_shape, num_actions=int(space.n))
+
+
+def override_params(params: Any, overrides: Mapping[str, Any]) -> Any:
+    """``params`` with the ``env_params`` ``overrides`` applied; an unknown field raises a
+    ``ValueError`` naming it and listing the valid ones."""
+    if not overrides:
+        return params
+    fields = {f.name for f in dataclasses.fields(params)} if dataclasses.is_dataclass(params) else set()
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ValueError(f"env_params {unknown} are not fields of {type(params).__name__}; valid: {sorted(fields)}")
+    return params.replace(**overrides)
 
 
 def reset(spec: EnvSpec, key: Array, num_envs: int) -> tuple[Array, Any]:

@@ -152,11 +152,19 @@ class Runner(NamedTuple):
     replicate: Callable[[Any], Any]
 
 
+def make_plan(config: DQNConfig, **kwargs: Any) -> Any:
+    """``plan.make_plan``, or ``multiagent.make_plan`` for a multi-agent config / environment
+    (imported here, not at the top: importing gymnax starts JAX's backends)."""
+    from jaxdqn import multiagent, plan
+
+    if multiagent.is_multi_agent_config(config):
+        return multiagent.make_plan(config, **kwargs)
+    return plan.make_plan(config, **kwargs)
+
+
 def global_template(config: DQNConfig, num_devices: int, num_seeds: int | None) -> Any:
     """The shapes and dtypes of the global state of ``config`` laid out over ``num_devices``
     (a ``vmap`` with the device axis name stands in for ``pmap``: no devices are needed)."""
-    from jaxdqn.plan import make_plan
-
     keys = layout_keys(config.seed, num_devices, num_seeds)
     if num_devices == 1:
         init = make_plan(config).init
@@ -181,8 +189,6 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
                 before_learn_on_batch: "BatchHook | None" = None) -> Runner:
     """The ``Runner`` of ``config`` on the layout that ``config.num_devices`` and ``num_seeds``
     give (see the module docstring)."""
-    from jaxdqn.plan import make_plan
-
     layout = make_layout(config, num_seeds)
     D, S = layout.num_devices, num_seeds
     if layout.data_parallel:

@@ -103,6 +103,12 @@ def make_schedule(config: DQNConfig) -> Schedule:
     )
 
 
+def count_chunks(config: DQNConfig, schedule: Schedule) -> int:
+    """Chunks that ``train`` runs: ``total_timesteps`` rounded up to whole chunks."""
+    per_chunk = schedule.iterations_per_chunk * schedule.stores * schedule.steps_per_store
+    return max(1, math.ceil(config.total_timesteps / per_chunk))
+
+
 def replayed_steps(config: DQNConfig) -> int:
     """Timesteps one replay step trains on (all replicas): the batch, times the sequence length
     with sequences (where ``train_batch_size`` counts sequences)."""
@@ -138,6 +144,42 @@ def record_episodes(metrics: Metrics, episodes: rollout.Episodes) -> Metrics:
     )
 
 
+def gatherer(axis_name: str | None) -> Callable[[Array], Array]:
+    """``x [...] -> [D, ...]``: every replica's value (``[1, ...]`` without a device axis)."""
+    if axis_name is None:
+        return lambda x: x[None]
+    return lambda x: lax.all_gather(x, axis_name)
+
+
+def episode_report(ring: Any, gather: Callable[[Array], Array]) -> dict[str, Array]:
+    """RLlib's ``episode_reward_mean/min/max``, ``episode_len_mean`` and ``episodes_total`` over
+    the episode rings (``returns``, ``lengths``, ``episodes_total`` fields) of every replica."""
+    size = ring.returns.shape[0]
+    totals = gather(ring.episodes_total)  # [D]
+    valid = jnp.arange(size)[None, :] < jnp.minimum(totals, size)[:, None]  # [D, ring]
+    nan = jnp.float32(jnp.nan)
+    returns = jnp.where(valid, gather(ring.returns), nan)
+    lengths = jnp.where(valid, gather(ring.lengths).astype(jnp.float32), nan)
+    return {
+        "episode_reward_mean": jnp.nanmean(returns),
+        "episode_reward_min": jnp.nanmin(returns),
+        "episode_reward_max": jnp.nanmax(returns),
+        "episode_len_mean": jnp.nanmean(lengths),
+        "episodes_total": jnp.sum(totals),
+    }
+
+
+def counters_report(m: Any) -> dict[str, Array]:
+    """The plan's counters under RLlib's names."""
+    return {
+        "timesteps_total": m.num_steps_sampled,
+        "num_steps_sampled": m.num_steps_sampled,
+        "num_steps_trained": m.num_steps_trained,
+        "num_target_updates": m.num_target_updates,
+        "last_target_update_ts": m.last_target_update_ts,
+    }
+
+
 # RLlib's ``before_learn_on_batch(batch, ...)``: a pure ``(sample, key) -> sample`` applied to
 # every replayed batch before the SGD step (e.g. reward shaping, relabelling, augmentation).
 BatchHook = Callable[[Sample, Array], Sample]
@@ -155,9 +197,10 @@ class Plan(NamedTuple):
     evaluate: Callable[[Any, Array], evaluation.Evaluation]
     act: Callable[[Any, Array], Array]
     schedule: Schedule
-    spec: envs.EnvSpec
-    network: QNetwork
+    spec: Any  # envs.EnvSpec (multi_agent_envs.MultiAgentSpec for a multi-agent plan)
+    network: Any  # QNetwork (a dict policy id -> QNetwork for a multi-agent plan)
     num_chunks: int  # chunks that ``train`` runs
+    policy_mapping: dict[str, str] | None = None  # multi-agent plans: agent id -> policy id
 
 
 def make_train(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = None
@@ -185,6 +228,9 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
               axis_name: str | None = None, num_replicas: int = 1) -> Plan:
     """The ``Plan`` for ``config``; with ``axis_name``, one replica of ``num_replicas`` (see the
     module docstring)."""
+    if config.multiagent is not None:
+        raise ValueError("config.multiagent is set: build the plan with jaxdqn.multiagent.make_plan "
+                         "(the Trainer and parallel.make_runner pick it for you)")
     if num_replicas > 1 and axis_name is None:
         raise ValueError(f"num_replicas={num_replicas} needs the axis_name of the device axis")
     num_envs, buffer_size, batch_size = split_totals(config, num_replicas)
@@ -295,30 +341,15 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         return repeat(store, state, schedule.warmup_stores)
 
 
-    def gather(x: Array) -> Array:  # [...] -> [D, ...]: every replica's value
-        return lax.all_gather(x, axis_name) if axis_name is not None else x[None]
+    gather = gatherer(axis_name)
 
     def report(state: TrainState, episodes_before: Array) -> dict[str, Array]:
         m = state.metrics
-        ring = m.returns.shape[0]
-        totals = gather(m.episodes_total)  # [D]
-        valid = jnp.arange(ring)[None, :] < jnp.minimum(totals, ring)[:, None]  # [D, ring]
-        nan = jnp.float32(jnp.nan)
-        returns = jnp.where(valid, gather(m.returns), nan)
-        lengths = jnp.where(valid, gather(m.lengths).astype(jnp.float32), nan)
-        episodes_total = jnp.sum(totals)
+        episodes = episode_report(m, gather)
         return {
-            "episode_reward_mean": jnp.nanmean(returns),
-            "episode_reward_min": jnp.nanmin(returns),
-            "episode_reward_max": jnp.nanmax(returns),
-            "episode_len_mean": jnp.nanmean(lengths),
-            "episodes_this_iter": episodes_total - jnp.sum(gather(episodes_before)),
-            "episodes_total": episodes_total,
-            "timesteps_total": m.num_steps_sampled,
-            "num_steps_sampled": m.num_steps_sampled,
-            "num_steps_trained": m.num_steps_trained,
-            "num_target_updates": m.num_target_updates,
-            "last_target_update_ts": m.last_target_update_ts,
+            **episodes,
+            "episodes_this_iter": episodes["episodes_total"] - jnp.sum(gather(episodes_before)),
+            **counters_report(m),
             **{k: v for k, v in m.learner._asdict().items() if k != "td_error"},
         }
 
@@ -328,8 +359,7 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         state = repeat(iteration, state, schedule.iterations_per_chunk)
         return state, report(state, before)
 
-    chunks = max(1, math.ceil(config.total_timesteps / (schedule.iterations_per_chunk * schedule.stores
-                                                         * schedule.steps_per_store)))
+    chunks = count_chunks(config, schedule)
 
     def train(key: Array) -> tuple[TrainState, dict[str, Array]]:
         """``total_timesteps`` (rounded up to whole chunks); the reports are stacked per chunk."""

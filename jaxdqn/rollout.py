@@ -101,28 +101,34 @@ def run_steps(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState
     return actor, raw, episodes
 
 
-def init(spec: envs.EnvSpec, key: Array, num_envs: int, n_step: int, *,
-         recurrent_state: Any = None) -> ActorState:
-    """Fresh episodes; ``pending`` holds ``n_step - 1`` zero steps until ``prime`` (or, for
-    sequences, the first fragment) fills it. ``recurrent_state`` (leaves ``[E, ...]``, the
-    network's initial state) makes a recurrent actor: its memory starts there, every env at an
-    episode's first observation."""
-    obs, env_state = envs.reset(spec, key, num_envs)
-    memory: Any = ()
-    if recurrent_state is not None:
-        memory = Memory(state=recurrent_state, first=jnp.ones((num_envs,), bool))
+def init_pending(obs: Array, num_envs: int, n_step: int, memory: Any = ()) -> RawStep:
+    """``n_step - 1`` zero steps (``obs`` ``[E, *obs]`` gives the shapes) until ``prime`` or, for
+    sequences, the first fragment fills them; a recurrent actor's memories start with ``first``
+    False, so the slicer masks these steps."""
     zeros = lambda x: jnp.zeros((n_step - 1,) + jnp.shape(x), jnp.asarray(x).dtype)  # noqa: E731
-    pending = RawStep(
+    return RawStep(
         obs=zeros(obs),
         action=jnp.zeros((n_step - 1, num_envs), jnp.int32),
         reward=jnp.zeros((n_step - 1, num_envs), jnp.float32),
         terminated=jnp.zeros((n_step - 1, num_envs), bool),
         truncated=jnp.zeros((n_step - 1, num_envs), bool),
         next_obs=zeros(obs),
-        memory=jax.tree_util.tree_map(zeros, memory),  # first: False, so the slicer masks these steps
+        memory=jax.tree_util.tree_map(zeros, memory),
     )
+
+
+def init(spec: envs.EnvSpec, key: Array, num_envs: int, n_step: int, *,
+         recurrent_state: Any = None) -> ActorState:
+    """Fresh episodes with ``init_pending`` look-ahead. ``recurrent_state`` (leaves ``[E, ...]``,
+    the network's initial state) makes a recurrent actor: its memory starts there, every env at
+    an episode's first observation."""
+    obs, env_state = envs.reset(spec, key, num_envs)
+    memory: Any = ()
+    if recurrent_state is not None:
+        memory = Memory(state=recurrent_state, first=jnp.ones((num_envs,), bool))
     return ActorState(env_state=env_state, obs=obs, episode_return=jnp.zeros((num_envs,), jnp.float32),
-                      episode_length=jnp.zeros((num_envs,), jnp.int32), pending=pending, memory=memory)
+                      episode_length=jnp.zeros((num_envs,), jnp.int32),
+                      pending=init_pending(obs, num_envs, n_step, memory), memory=memory)
 
 
 def prime(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array

@@ -11,6 +11,7 @@ returns RLlib's result dict; the only host round-trip is the chunk's small repor
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import time
@@ -23,7 +24,7 @@ import numpy as np
 import jaxdqn
 from jaxdqn import checkpoint, exploration, parallel
 from jaxdqn.config import DQNConfig, algo_of, from_dict, to_dict
-from jaxdqn.plan import BatchHook
+from jaxdqn.plan import BatchHook, replayed_steps
 from jaxdqn.rollout import Memory
 
 # Keys that may differ between a checkpoint and the config that restores it: they change how
@@ -44,8 +45,16 @@ def result_dict(report: Mapping[str, Any], *, iteration: int, timesteps_this_ite
     """RLlib's result layout from one seed's chunk report (host scalars)."""
     r = {k: _scalar(v) for k, v in report.items()}
     trained_this_iter = r.pop("num_steps_trained_this_iter", None)
-    stats = {k: r[k] for k in LEARNER_STATS}
     seconds = max(time_this_iter_s, 1e-9)
+    if "loss" in r:
+        learners = {"default_policy": {"learner_stats": {k: r[k] for k in LEARNER_STATS}}}
+        per_policy = {}
+    else:  # a multi-agent report: learner/<pid>/<stat> and policy_reward_<stat>/<pid>
+        pids = sorted({k.split("/")[1] for k in r if k.startswith("learner/")})
+        learners = {pid: {"learner_stats": {k: r[f"learner/{pid}/{k}"] for k in LEARNER_STATS}} for pid in pids}
+        per_policy = {f"policy_reward_{stat}": {k.split("/", 1)[1]: v for k, v in r.items()
+                                                if k.startswith(f"policy_reward_{stat}/")}
+                      for stat in ("mean", "min", "max")}
     return {
         "episode_reward_mean": r["episode_reward_mean"],
         "episode_reward_min": r["episode_reward_min"],
@@ -65,8 +74,9 @@ def result_dict(report: Mapping[str, Any], *, iteration: int, timesteps_this_ite
             "num_steps_trained": r["num_steps_trained"],
             "num_target_updates": r["num_target_updates"],
             "last_target_update_ts": r["last_target_update_ts"],
-            "learner": {"default_policy": {"learner_stats": stats}},
+            "learner": learners,
         },
+        **per_policy,
         "done": False,
         "timestamp": int(time.time()),
         "date": datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"),
@@ -103,15 +113,19 @@ class Trainer:
         if num_seeds is not None and (not isinstance(num_seeds, int) or isinstance(num_seeds, bool)
                                       or num_seeds < 1):
             raise ValueError(f"num_seeds={num_seeds!r} is invalid: must be None or an int >= 1")
-        self.config = config
         self.num_seeds = num_seeds
         self.runner = parallel.make_runner(config, num_seeds, before_learn_on_batch=before_learn_on_batch)
         self.layout = self.runner.layout
         self.plan = self.runner.plan
+        multi = config.multiagent
+        if multi is not None and callable(multi.policy_mapping_fn):  # static: store what it resolved to
+            config = config.replace(multiagent=dataclasses.replace(multi, policy_mapping_fn=self.plan.policy_mapping))
+        self.config = config
         self._chunk = self.runner.chunk
         stacked = (lambda f: jax.vmap(f)) if num_seeds is not None else (lambda f: f)
         self._evaluate = jax.jit(stacked(self.plan.evaluate))
-        self._act = jax.jit(self.plan.act)
+        multi_agent = self.plan.policy_mapping is not None
+        self._act = jax.jit(self.plan.act, static_argnums=2) if multi_agent else jax.jit(self.plan.act)
         self._state: Any = None
         self.iteration = 0
         self.time_total_s = 0.0
@@ -140,7 +154,10 @@ class Trainer:
     def params(self) -> Any:
         """The online Q-network parameters (leaves ``[S, ...]`` with seeds; one copy of the
         replicated params with several devices)."""
-        return self.runner.unreplicate(self.state.learner.params)
+        learner = self.state.learner
+        if isinstance(learner, dict):  # multi-agent: policy id -> params
+            return self.runner.unreplicate({pid: ls.params for pid, ls in learner.items()})
+        return self.runner.unreplicate(learner.params)
 
     # --- RLlib's API ---------------------------------------------------------------------------
     def train(self) -> dict[str, Any] | list[dict[str, Any]]:
@@ -156,7 +173,7 @@ class Trainer:
         self.time_total_s += seconds
         s = self.plan.schedule  # a chunk is a static number of store and replay steps
         sampled = s.iterations_per_chunk * s.stores * s.steps_per_store
-        trained = s.iterations_per_chunk * s.replays * self.config.train_batch_size
+        trained = s.iterations_per_chunk * s.replays * replayed_steps(self.config)
         report = {**report, "num_steps_trained_this_iter": trained}
         if self.num_seeds is None:
             return result_dict(report, iteration=self.iteration, timesteps_this_iter=sampled,
@@ -193,16 +210,30 @@ class Trainer:
         return [np.asarray(x[0]) for x in self.plan.network.initial_state(1)]
 
     def compute_single_action(self, observation: Any, state: list[Any] | None = None, *,
-                              explore: bool = False, seed: int = 0) -> Any:
+                              policy_id: str | None = None, explore: bool = False, seed: int = 0) -> Any:
         """The action for one observation: greedy, or epsilon-greedy at the current epsilon.
 
         A recurrent policy (``model.use_lstm``) also takes the ``state`` it returned for the
         previous observation of the episode (``None`` or ``get_initial_state()`` at an episode's
-        start) and returns ``(action, state_out)``, as RLlib's does.
+        start) and returns ``(action, state_out)``, as RLlib's does. A multi-agent run needs the
+        ``policy_id`` (RLlib's argument) unless it has one policy.
         """
         obs = jnp.asarray(observation, jnp.float32)
-        if obs.shape != self.plan.spec.obs_shape:
-            raise ValueError(f"observation has shape {obs.shape}; this env's is {self.plan.spec.obs_shape}")
+        mapping = self.plan.policy_mapping
+        if mapping is not None:
+            policies = sorted(set(mapping.values()))
+            if policy_id is None and len(policies) == 1:
+                policy_id = policies[0]
+            if policy_id not in policies:
+                raise ValueError(f"policy_id={policy_id!r} is invalid: this run's policies are {policies}")
+            agent = next(a for a, p in mapping.items() if p == policy_id)
+            obs_shape, num_actions = self.plan.spec.obs_shapes[agent], self.plan.spec.num_actions[agent]
+        else:
+            if policy_id not in (None, "default_policy"):
+                raise ValueError(f"policy_id={policy_id!r} is invalid: a single-agent run has 'default_policy'")
+            obs_shape, num_actions = self.plan.spec.obs_shape, self.plan.spec.num_actions
+        if obs.shape != obs_shape:
+            raise ValueError(f"observation has shape {obs.shape}; this env's is {obs_shape}")
         params = self._seed_view(self.params, seed)
         recurrent = self.config.model.use_lstm
         if recurrent:
@@ -218,14 +249,14 @@ class Trainer:
         else:
             if state:
                 raise ValueError("state is only for recurrent policies (model.use_lstm=True); this one is feed-forward")
-            action = int(self._act(params, obs[None])[0])
+            action = int((self._act(params, obs[None], policy_id) if mapping else self._act(params, obs[None]))[0])
         if explore:
             sampled = self._seed_view(self.runner.unreplicate(self.state.metrics.num_steps_sampled), seed)
             eps = float(exploration.epsilon(self.config.exploration_config, sampled))
             self._explore_draws += 1  # a fresh draw per call, reproducible from the seed
             rng = np.random.default_rng([self.config.seed, seed, int(sampled), self._explore_draws])
             if rng.random() < eps:
-                action = int(rng.integers(self.plan.spec.num_actions))
+                action = int(rng.integers(num_actions))
         if recurrent:
             return action, [np.asarray(x[0]) for x in state_out]
         return action

@@ -174,3 +174,16 @@ def test_the_console_script_trains_end_to_end(tmp_path):
     assert "stopped: timesteps_total" in done.stdout and "checkpoint_000002" in done.stdout
     assert "tuned example cartpole-v1-dqn.yaml" in done.stderr
     assert len(lines(out / "seed_1" / "result.json")) == 2
+
+
+def test_train_runs_the_multi_agent_tuned_example_with_per_policy_results(tmp_path):
+    assert cli.main(["train", "--env", "MultiCartPole-v1", "--timesteps", "256", "--out", str(tmp_path),
+                     *SMALL]) == 0
+    params = json.loads((tmp_path / "params.json").read_text())
+    assert params["multiagent"]["policy_mapping_fn"] == {"agent_0": "p0", "agent_1": "p1"}
+    result = lines(tmp_path / "result.json")[-1]
+    assert set(result["policy_reward_mean"]) == {"p0", "p1"}
+    assert set(result["info"]["learner"]) == {"p0", "p1"}
+    with open(tmp_path / "progress.csv", newline="") as f:
+        row = list(csv.DictReader(f))[-1]
+    assert float(row["policy_reward_mean/p1"]) == pytest.approx(result["policy_reward_mean"]["p1"])

@@ -1,0 +1,165 @@
+"""Multi-agent environments in the gymnax style: functional, jittable, dicts keyed by agent id.
+
+A ``MultiAgentEnv`` has a static tuple of ``agents`` that all act at every step (RLlib's
+``MultiAgentEnv`` dicts of observations / actions / rewards / dones, with static shapes). It
+implements, like a gymnax ``Environment``, ``reset_env(key, params) -> (obs, state)`` and
+``step_env(key, state, actions, params) -> (obs, state, rewards, terminated, truncated)`` without
+automatic reset, plus ``observation_space(agent, params)`` / ``action_space(agent, params)``.
+
+``step`` here runs ``E`` copies with ``vmap`` and makes one joint episode: it ends for every agent
+at the first step where any agent's ends (RLlib's ``dones["__all__"]``); an agent whose own episode
+did not terminate there is truncated (it bootstraps). Then all agents reset together, and the
+step's true next observations are kept apart, as ``envs.step`` does for one agent.
+
+Shipped: ``MultiCartPole-v1`` (RLlib's ``MultiAgentCartPole`` example): ``num_agents`` gymnax
+CartPoles, one per agent, each agent rewarded 1 per step its own pole stays up; the joint episode
+ends when any pole falls (or after ``max_steps_in_episode``). ``env_params`` take the CartPole
+fields plus ``num_agents``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, NamedTuple
+
+import gymnax
+import jax
+import jax.numpy as jnp
+from gymnax.environments import spaces
+
+from jaxdqn import envs
+
+Array = jax.Array
+
+
+class MultiAgentEnv:
+    """The interface (see the module docstring); subclass it for a new environment."""
+
+    agents: tuple[str, ...] = ()
+
+    @property
+    def default_params(self) -> Any:
+        raise NotImplementedError
+
+    def reset_env(self, key: Array, params: Any) -> tuple[dict[str, Array], Any]:
+        raise NotImplementedError
+
+    def step_env(self, key: Array, state: Any, actions: dict[str, Array], params: Any
+                 ) -> tuple[dict[str, Array], Any, dict[str, Array], dict[str, Array], dict[str, Array]]:
+        raise NotImplementedError
+
+    def observation_space(self, agent: str, params: Any) -> spaces.Space:
+        raise NotImplementedError
+
+    def action_space(self, agent: str, params: Any) -> spaces.Space:
+        raise NotImplementedError
+
+
+class MultiCartPole(MultiAgentEnv):
+    """``num_agents`` CartPole-v1 instances, one per agent (see the module docstring)."""
+
+    def __init__(self, num_agents: int = 2) -> None:
+        if isinstance(num_agents, bool) or not isinstance(num_agents, int) or num_agents < 1:
+            raise ValueError(f"env_params num_agents={num_agents!r} is invalid: must be an int >= 1")
+        self.agents = tuple(f"agent_{i}" for i in range(num_agents))
+        self.cartpole, _ = gymnax.make("CartPole-v1")
+
+    @property
+    def default_params(self) -> Any:
+        return self.cartpole.default_params
+
+    def reset_env(self, key: Array, params: Any) -> tuple[dict[str, Array], Any]:
+        keys = jax.random.split(key, len(self.agents))
+        out = {a: self.cartpole.reset_env(k, params) for a, k in zip(self.agents, keys)}
+        return {a: o for a, (o, _) in out.items()}, {a: s for a, (_, s) in out.items()}
+
+    def step_env(self, key: Array, state: Any, actions: dict[str, Array], params: Any):
+        keys = jax.random.split(key, len(self.agents))
+        obs, new_state, rewards, terminated, truncated = {}, {}, {}, {}, {}
+        for agent, k in zip(self.agents, keys):
+            o, s, r, term, _ = self.cartpole.step_env(k, state[agent], actions[agent], params)
+            trunc = self.cartpole.is_truncated(s, params)
+            obs[agent], new_state[agent], rewards[agent] = o, s, jnp.asarray(r, jnp.float32)
+            terminated[agent], truncated[agent] = term, trunc  # both: terminated wins in ``step``
+        return obs, new_state, rewards, terminated, truncated
+
+    def observation_space(self, agent: str, params: Any) -> spaces.Space:
+        return self.cartpole.observation_space(params)
+
+    def action_space(self, agent: str, params: Any) -> spaces.Space:
+        return self.cartpole.action_space(params)
+
+
+# name -> (constructor, the env_params keys that go to the constructor rather than the params)
+REGISTRY: dict[str, tuple[Any, tuple[str, ...]]] = {"MultiCartPole-v1": (MultiCartPole, ("num_agents",))}
+
+
+class MultiAgentSpec(NamedTuple):
+    """A multi-agent environment, its parameters and each agent's shapes (static)."""
+
+    env: MultiAgentEnv
+    params: Any
+    agents: tuple[str, ...]
+    obs_shapes: dict[str, tuple[int, ...]]
+    num_actions: dict[str, int]
+
+
+class MultiAgentStep(NamedTuple):
+    """Stepping ``E`` copies once; every field a dict agent -> ``[E, ...]`` (see ``envs.EnvStep``)."""
+
+    obs: dict[str, Array]
+    next_obs: dict[str, Array]
+    reward: dict[str, Array]
+    terminated: dict[str, Array]
+    truncated: dict[str, Array]
+
+
+def is_multi_agent(env: Any) -> bool:
+    """A registered multi-agent name, or a ``MultiAgentEnv`` object."""
+    return isinstance(env, MultiAgentEnv) or (isinstance(env, str) and env in REGISTRY)
+
+
+def make_multi_agent_env(env: str | MultiAgentEnv, env_params: Mapping[str, Any] | tuple = ()) -> MultiAgentSpec:
+    """The ``MultiAgentSpec`` of a registered name or a ``MultiAgentEnv``; ``env_params`` override
+    the constructor's keys (``num_agents``) and the params' fields. Refuses unknown keys and
+    non-discrete action spaces, naming them."""
+    overrides = dict(env_params)
+    if isinstance(env, str):
+        if env not in REGISTRY:
+            raise ValueError(f"env={env!r} is not a multi-agent environment; registered: {sorted(REGISTRY)}")
+        build, build_keys = REGISTRY[env]
+        env = build(**{k: overrides.pop(k) for k in build_keys if k in overrides})
+    params = envs.override_params(env.default_params, overrides)
+    num_actions = {}
+    for agent in env.agents:
+        space = env.action_space(agent, params)
+        if not isinstance(space, spaces.Discrete):
+            raise ValueError(f"agent {agent!r} has a {type(space).__name__} action space; DQN needs a Discrete one")
+        num_actions[agent] = int(space.n)
+    obs_shapes = {a: tuple(env.observation_space(a, params).shape) for a in env.agents}
+    return MultiAgentSpec(env=env, params=params, agents=tuple(env.agents), obs_shapes=obs_shapes,
+                          num_actions=num_actions)
+
+
+def reset(spec: MultiAgentSpec, key: Array, num_envs: int) -> tuple[dict[str, Array], Any]:
+    """``num_envs`` fresh joint episodes: ``(obs dict of [E, *obs], state)``."""
+    return jax.vmap(spec.env.reset_env, in_axes=(0, None))(jax.random.split(key, num_envs), spec.params)
+
+
+def step(spec: MultiAgentSpec, key: Array, state: Any, actions: dict[str, Array]) -> tuple[MultiAgentStep, Any]:
+    """Step ``E`` copies once with ``actions`` (dict of ``[E]``); ended joint episodes reset."""
+
+    def one(key, state, actions):
+        step_key, reset_key = jax.random.split(key)
+        obs, new_state, reward, terminated, truncated = spec.env.step_env(step_key, state, actions, spec.params)
+        done = jnp.any(jnp.stack([terminated[a] | truncated[a] for a in spec.agents]))
+        terminated = {a: jnp.asarray(terminated[a], bool) for a in spec.agents}
+        truncated = {a: done & ~terminated[a] for a in spec.agents}
+        reset_obs, reset_state = spec.env.reset_env(reset_key, spec.params)
+        pick = lambda fresh, old: jax.tree_util.tree_map(lambda x, y: jnp.where(done, x, y), fresh, old)  # noqa: E731
+        out = MultiAgentStep(obs=pick(reset_obs, obs), next_obs=obs,
+                             reward={a: jnp.asarray(reward[a], jnp.float32) for a in spec.agents},
+                             terminated=terminated, truncated=truncated)
+        return out, pick(reset_state, new_state)
+
+    keys = jax.random.split(key, jax.tree_util.tree_leaves(actions)[0].shape[0])
+    return jax.vmap(one)(keys, state, actions)

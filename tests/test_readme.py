@@ -1,0 +1,24 @@
+"""The README's Python examples for recurrent and multi-agent DQN run as written (slow suite)."""
+
+import pathlib
+import re
+
+import pytest
+
+pytestmark = pytest.mark.slow
+README = pathlib.Path(__file__).parents[1] / "README.md"
+
+
+def python_blocks(section: str) -> list[str]:
+    text = README.read_text()
+    start = text.index(f"## {section}")
+    end = text.find("\n## ", start + 1)
+    return re.findall(r"```python\n(.*?)```", text[start:end], flags=re.S)
+
+
+@pytest.mark.parametrize("section", ["Recurrent DQN (sequence replay)", "Multi-agent DQN"])
+def test_readme_examples_run(section):
+    blocks = python_blocks(section)
+    assert blocks, section
+    for code in blocks:
+        exec(compile(code, f"README: {section}", "exec"), {})
