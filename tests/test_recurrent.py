@@ -53,6 +53,7 @@ def reference_td(net, params, target_params, items, *, burn_in, n, double_q):
     data = jax.tree_util.tree_map(np.asarray, items.data)
     mask, first = np.asarray(items.mask), np.asarray(items.first)
     batch, length = mask.shape
+    apply = jax.jit(net.apply)  # one step [1, 1, ...] at a time: one compile, then fast calls
 
     def states_after(p, b):  # the state after each obs[t] of item b, from its initial state
         if jax.tree_util.tree_leaves(items.init_state):
@@ -61,13 +62,13 @@ def reference_td(net, params, target_params, items, *, burn_in, n, double_q):
             state = net.initial_state(1)
         out, qs = [], []
         for t in range(length):
-            o, state = net.apply(p, data.obs[b:b + 1, t:t + 1], state, jnp.asarray(first[b:b + 1, t:t + 1]))
+            o, state = apply(p, data.obs[b:b + 1, t:t + 1], state, jnp.asarray(first[b:b + 1, t:t + 1]))
             out.append(state)
             qs.append(np.asarray(o.q[0, 0]))
         return out, qs
 
     def q_next(p, state, b, t):  # Q on next_obs[t] from the state after obs[t]
-        o, _ = net.apply(p, data.next_obs[b:b + 1, t:t + 1], state, jnp.zeros((1, 1), bool))
+        o, _ = apply(p, data.next_obs[b:b + 1, t:t + 1], state, jnp.zeros((1, 1), bool))
         return np.asarray(o.q[0, 0])
 
     td = np.full((batch, length), np.nan)
@@ -202,34 +203,23 @@ def test_stored_sequences_start_from_the_actors_recurrent_state():
                 np.testing.assert_allclose(items.init_state[1][i], np.asarray(s[1][0]), rtol=1e-4, atol=1e-5)
 
 
-def test_recurrent_plan_trains_and_reports():
-    config = small_recurrent_config(total_timesteps=96)
-    p = plan.make_plan(config)
-    final, reports = jax.jit(p.train)(jax.random.key(0))
-    reports = jax.device_get(reports)
-    assert reports["num_steps_sampled"][-1] == 24 + 96
-    # one replay of 4 sequences x 5 steps per store of 12 steps (RLlib's round robin [1, 1])
-    assert reports["num_steps_trained"][-1] == 8 * 4 * 5
-    assert np.all(np.isfinite(reports["loss"]))
-    capacity = final.buffer.storage.storage.mask.shape[0]
-    priorities = np.asarray(segment_tree.leaf_values(final.buffer.trees, capacity=capacity))[0]
-    assert np.unique(priorities[priorities > 0]).size > 4  # replayed sequences got their own priority
-    evaluation = jax.jit(p.evaluate)(final.learner.params, jax.random.key(1))
-    assert set(np.unique(evaluation.episode_return)) <= {-1.0, 1.0}
-    assert np.all(evaluation.episode_length == 4)
-    actions, _ = p.act(final.learner.params, jnp.zeros((2, 3)), jax.tree_util.tree_map(
-        lambda x: x[:2], final.actor.memory))
-    assert actions.shape == (2,)
-
-
 def test_trainer_round_trips_a_recurrent_run_and_acts_with_state(tmp_path):
     from jaxdqn import Trainer
 
     config = small_recurrent_config(total_timesteps=1000)
     trainer = Trainer(config)
-    trainer.train()
+    first = trainer.train()
+    assert first["timesteps_total"] == 24 + 24
+    # one replay of 4 sequences x 5 steps per store of 12 env steps (RLlib's round robin [1, 1])
+    assert first["info"]["num_steps_trained"] == 2 * 4 * 5
     path = trainer.save(tmp_path)
     after = trainer.train()
+    buffer = trainer.state.buffer
+    priorities = np.asarray(segment_tree.leaf_values(buffer.trees, capacity=buffer.storage.storage.mask.shape[0]))[0]
+    assert np.unique(priorities[priorities > 0]).size > 4  # replayed sequences got their own priority
+    evaluation = trainer.evaluate()["evaluation"]
+    assert set(evaluation["hist_stats"]["episode_reward"]) <= {-1.0, 1.0}  # MemoryChain: +-1 per episode
+    assert evaluation["episode_len_mean"] == 4
     restored = Trainer(config)
     restored.restore(path)
     again = restored.train()  # the buffer of sequences, LSTM states and actor memory came back exactly
