@@ -46,37 +46,48 @@ def greedy_recurrent_actions(network: QNetwork, params: Any, obs: Array, state: 
     return exploration.greedy(out.q[:, 0]), state
 
 
+def run_episodes(reset: Callable[[Array], tuple[Any, Any]], step: Callable[..., tuple[Any, Any, Any, Array, Array]],
+                 memory: Any, num_episodes: int, max_steps: int, key: Array) -> Evaluation:
+    """One episode per env, side by side, until all have ended (or ``max_steps``): the greedy loop
+    shared by the single- and multi-agent plans. ``reset(key) -> (obs, env_state)``;
+    ``step(obs, env_state, memory, key) -> (obs, env_state, memory, reward [N], done [N])``."""
+    reset_key, key = jax.random.split(key)
+    obs, env_state = reset(reset_key)
+    carry = (obs, env_state, memory, key, jnp.zeros((num_episodes,), jnp.float32),
+             jnp.zeros((num_episodes,), jnp.int32), jnp.ones((num_episodes,), bool), jnp.int32(0))
+
+    def running(carry) -> Array:
+        *_, alive, t = carry
+        return jnp.any(alive) & (t < max_steps)
+
+    def body(carry):
+        obs, env_state, memory, key, ret, length, alive, t = carry
+        key, step_key = jax.random.split(key)
+        obs, env_state, memory, reward, done = step(obs, env_state, memory, step_key)
+        ret = ret + jnp.where(alive, reward, 0.0)
+        length = length + alive.astype(jnp.int32)
+        return obs, env_state, memory, key, ret, length, alive & ~done, t + 1
+
+    *_, ret, length, alive, _ = lax.while_loop(running, body, carry)
+    return Evaluation(episode_return=ret, episode_length=length, finished=~alive)
+
+
 def make_evaluate(spec: envs.EnvSpec, network: QNetwork, num_episodes: int,
                   max_steps: int | None = None) -> Callable[[Any, Array], Evaluation]:
     """``evaluate(params, key)``: ``num_episodes`` greedy episodes; see the module docstring."""
     limit = default_max_steps(spec) if max_steps is None else max_steps
 
     def evaluate(params: Any, key: Array) -> Evaluation:
-        reset_key, key = jax.random.split(key)
-        obs, env_state = envs.reset(spec, reset_key, num_episodes)
-        zeros = jnp.zeros((num_episodes,), jnp.float32)
-        memory = network.initial_state(num_episodes) if network.use_lstm else ()
-        carry = (obs, env_state, key, zeros, jnp.zeros((num_episodes,), jnp.int32),
-                 jnp.ones((num_episodes,), bool), jnp.int32(0), memory)
-
-        def running(carry) -> Array:
-            *_, alive, t, _ = carry
-            return jnp.any(alive) & (t < limit)
-
-        def body(carry):
-            obs, env_state, key, ret, length, alive, t, memory = carry
-            key, step_key = jax.random.split(key)
+        def step(obs, env_state, memory, key):
             if network.use_lstm:  # one episode per env: the state starts at zeros, no reset needed
-                action, memory = greedy_recurrent_actions(network, params, obs, memory, jnp.zeros_like(alive))
+                action, memory = greedy_recurrent_actions(network, params, obs, memory,
+                                                          jnp.zeros((num_episodes,), bool))
             else:
                 action = greedy_actions(network, params, obs)
-            out, env_state = envs.step(spec, step_key, env_state, action)
-            ret = ret + jnp.where(alive, out.reward, 0.0)
-            length = length + alive.astype(jnp.int32)
-            alive = alive & ~(out.terminated | out.truncated)
-            return out.obs, env_state, key, ret, length, alive, t + 1, memory
+            out, env_state = envs.step(spec, key, env_state, action)
+            return out.obs, env_state, memory, out.reward, out.terminated | out.truncated
 
-        _, _, _, ret, length, alive, _, _ = lax.while_loop(running, body, carry)
-        return Evaluation(episode_return=ret, episode_length=length, finished=~alive)
+        memory = network.initial_state(num_episodes) if network.use_lstm else ()
+        return run_episodes(lambda k: envs.reset(spec, k, num_episodes), step, memory, num_episodes, limit, key)
 
     return evaluate

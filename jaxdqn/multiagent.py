@@ -314,30 +314,16 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
 def make_evaluate(spec: multi_agent_envs.MultiAgentSpec, networks: dict[str, Any], mapping: dict[str, str],
                   num_episodes: int) -> Callable[[Any, Array], evaluation.Evaluation]:
     """``evaluate(params, key)``: one greedy joint episode per env; the return sums the agents'."""
-    limit = evaluation.default_max_steps(spec)
 
     def evaluate(params: dict[str, Any], key: Array) -> evaluation.Evaluation:
-        reset_key, key = jax.random.split(key)
-        obs, env_state = multi_agent_envs.reset(spec, reset_key, num_episodes)
-        carry = (obs, env_state, key, jnp.zeros((num_episodes,), jnp.float32), jnp.zeros((num_episodes,), jnp.int32),
-                 jnp.ones((num_episodes,), bool), jnp.int32(0))
-
-        def running(carry) -> Array:
-            *_, alive, t = carry
-            return jnp.any(alive) & (t < limit)
-
-        def body(carry):
-            obs, env_state, key, ret, length, alive, t = carry
-            key, step_key = jax.random.split(key)
+        def step(obs, env_state, memory, key):
             actions = {a: evaluation.greedy_actions(networks[mapping[a]], params[mapping[a]], obs[a]) for a in spec.agents}
-            out, env_state = multi_agent_envs.step(spec, step_key, env_state, actions)
-            ret = ret + jnp.where(alive, sum(out.reward[a] for a in spec.agents), 0.0)
-            length = length + alive.astype(jnp.int32)
-            first = spec.agents[0]
-            alive = alive & ~(out.terminated[first] | out.truncated[first])
-            return out.obs, env_state, key, ret, length, alive, t + 1
+            out, env_state = multi_agent_envs.step(spec, key, env_state, actions)
+            first = spec.agents[0]  # the joint episode ends for all agents at once
+            reward = sum(out.reward[a] for a in spec.agents)
+            return out.obs, env_state, memory, reward, out.terminated[first] | out.truncated[first]
 
-        _, _, _, ret, length, alive, _ = lax.while_loop(running, body, carry)
-        return evaluation.Evaluation(episode_return=ret, episode_length=length, finished=~alive)
+        return evaluation.run_episodes(lambda k: multi_agent_envs.reset(spec, k, num_episodes), step, (),
+                                       num_episodes, evaluation.default_max_steps(spec), key)
 
     return evaluate
