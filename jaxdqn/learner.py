@@ -44,6 +44,11 @@ class LearnInfo(NamedTuple):
     td_error: Array  # [B], for the priority update
 
 
+def empty_info() -> LearnInfo:
+    """Zero learner stats (``td_error`` ``[0]``), what the metrics hold before the first SGD step."""
+    return LearnInfo(*(jnp.zeros((), jnp.float32) for _ in range(7)), jnp.zeros((0,), jnp.float32))
+
+
 def learning_rate(config: DQNConfig, env_steps: Array) -> Array:
     """``lr``, or RLlib's piecewise-linear ``lr_schedule`` over sampled env steps."""
     if config.lr_schedule is None:

@@ -183,9 +183,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
         actor, (raw, episodes, agent_return) = run_steps(state.learner, epsilon(state), state.actor, step_key, length)
         transitions, pending = {}, {}
         for a in spec.agents:
-            window = jax.tree_util.tree_map(lambda p, r: jnp.concatenate([p, r]), actor.pending[a], raw[a])
+            window, pending[a] = rollout.extend_window(actor.pending[a], raw[a])
             transitions[a] = rollout.n_step_transitions(window, count=length, gamma=configs[mapping[a]].gamma, n=n)
-            pending[a] = jax.tree_util.tree_map(lambda w: w[length:], window)
         if lockstep:
             buffer = buf.add(state.buffer, transitions)
         else:
@@ -251,7 +250,7 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
         learners = {pid: learner.init(networks[pid], optimizers[pid], k, obs[groups[pid][0]])
                     for pid, k in zip(pids, jax.random.split(learner_key, len(pids)))}
         zero = lambda: jnp.zeros((), jnp.int32)  # noqa: E731
-        info = learner.LearnInfo(*(jnp.zeros((), jnp.float32) for _ in range(7)), jnp.zeros((0,), jnp.float32))
+        info = learner.empty_info()
         size = plan.ring_size(num_replicas)
         ring = lambda: Ring(returns=jnp.zeros((size,), jnp.float32), lengths=jnp.zeros((size,), jnp.int32),  # noqa: E731
                             ring_pos=zero(), episodes_total=zero())

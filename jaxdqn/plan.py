@@ -324,7 +324,7 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
             actor = rollout.init(spec, env_key, num_envs, n)
         learner_state = learner.init(network, optimizer, learner_key, actor.obs[:, None] if recurrent else actor.obs)
         zero = lambda dtype=jnp.int32: jnp.zeros((), dtype)  # noqa: E731
-        info = learner.LearnInfo(*(jnp.zeros((), jnp.float32) for _ in range(7)), jnp.zeros((0,), jnp.float32))
+        info = learner.empty_info()
         ring = ring_size(num_replicas)
         metrics = Metrics(returns=jnp.zeros((ring,), jnp.float32), lengths=jnp.zeros((ring,), jnp.int32),
                           ring_pos=zero(), episodes_total=zero(), num_steps_sampled=zero(),

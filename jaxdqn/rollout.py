@@ -157,13 +157,20 @@ def n_step_transitions(window: RawStep, *, count: int, gamma: float, n: int) -> 
                       discount=head(discounts), next_obs=head(next_obs))
 
 
+def extend_window(pending: RawStep, raw: RawStep) -> tuple[RawStep, RawStep]:
+    """``(window, new pending)``: the new steps ``raw`` ``[F, E]`` after the carried ``pending``
+    ``[P, E]``, and the window's last ``P`` steps, carried into the next fragment."""
+    length = raw.action.shape[0]
+    window = jax.tree_util.tree_map(lambda p, r: jnp.concatenate([p, r]), pending, raw)
+    return window, jax.tree_util.tree_map(lambda w: w[length:], window)
+
+
 def fragment(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array, *,
              length: int, gamma: float, n: int) -> tuple[ActorState, Transition, Episodes]:
     """Run ``length`` steps per env; return ``length * E`` n-step transitions and the episodes."""
     actor, raw, episodes = run_steps(spec, policy, params, actor, key, length)
-    window = jax.tree_util.tree_map(lambda p, r: jnp.concatenate([p, r]), actor.pending, raw)
+    window, pending = extend_window(actor.pending, raw)
     transitions = n_step_transitions(window, count=length, gamma=gamma, n=n)
-    pending = jax.tree_util.tree_map(lambda w: w[length:], window)
     return actor._replace(pending=pending), transitions, episodes
 
 
@@ -173,9 +180,8 @@ def sequence_fragment(spec: envs.EnvSpec, policy: Policy, params: Any, actor: Ac
     """A recurrent actor's ``fragment``: ``length`` steps per env cut into sequence items
     (``sequence_items``); the last ``burn_in`` steps stay pending as the next slice's burn-in."""
     actor, raw, episodes = run_steps(spec, policy, params, actor, key, length)
-    window = jax.tree_util.tree_map(lambda p, r: jnp.concatenate([p, r]), actor.pending, raw)
+    window, pending = extend_window(actor.pending, raw)
     items = sequence_items(window, seq_len=seq_len, burn_in=burn_in, gamma=gamma, zero_init_states=zero_init_states)
-    pending = jax.tree_util.tree_map(lambda w: w[length:], window)
     return actor._replace(pending=pending), items, episodes
 
 
