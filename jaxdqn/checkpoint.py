@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxdqn.parallel import is_key
+from jaxdqn.parallel import is_key, key_impl_name
 
 PREFIX = "checkpoint_"
 PATTERN = re.compile(rf"^{PREFIX}(\d+)$")
@@ -131,9 +131,6 @@ def restore(path: str | os.PathLike, template: Any) -> tuple[Any, dict[str, Any]
     for i, (t, x) in enumerate(zip(jax.tree_util.tree_leaves(template), leaves)):
         value = arrays.get(f"leaf_{i:05d}", jnp.zeros(x.shape, x.dtype))
         if is_key(t):
-            value = jax.random.wrap_key_data(value)  # the default implementation, checked:
-            if value.dtype != t.dtype:
-                raise ValueError(f"checkpoint key {names[i]} needs PRNG {t.dtype}; this process makes "
-                                 f"{value.dtype} (set jax_default_prng_impl as when it was saved)")
+            value = jax.random.wrap_key_data(value, impl=key_impl_name(t))  # the template's PRNG
         out.append(value)
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(template), out), meta

@@ -18,9 +18,17 @@ def piecewise_linear(points: Sequence[tuple[int, float]], t: Array) -> Array:
     t = jnp.asarray(t, jnp.float32)
     if len({p[0] for p in points}) == 1:  # one instant: the last value from then on
         return jnp.where(t < points[0][0], points[0][1], points[-1][1]).astype(jnp.float32)
-    times = jnp.asarray([p[0] for p in points], jnp.float32)
-    values = jnp.asarray([p[1] for p in points], jnp.float32)
-    return jnp.interp(t, times, values)
+    # Unrolled over the static segments, each taking over from its start: a few elementwise ops
+    # (``jnp.interp``'s searchsorted is a while loop on the CPU, run on every plan step).
+    value = jnp.float32(points[0][1])
+    for (t0, v0), (t1, v1) in zip(points, points[1:]):
+        if t1 == t0:  # a jump: the new value from t1 on
+            segment = jnp.float32(v1)
+        else:
+            frac = jnp.clip((t - t0) / jnp.float32(t1 - t0), 0.0, 1.0)
+            segment = jnp.float32(v0) + frac * jnp.float32(v1 - v0)
+        value = jnp.where(t >= t0, segment, value)
+    return value.astype(jnp.float32)
 
 
 def epsilon(config: ExplorationConfig, t: Array) -> Array:

@@ -258,8 +258,12 @@ def sync_target(
         blend = lambda online, old: online  # noqa: E731
     else:
         blend = lambda online, old: tau * online + (1.0 - tau) * old  # noqa: E731
-    target = jax.tree_util.tree_map(
-        lambda online, old: jnp.where(due, blend(online, old), old), state.params, state.target_params
-    )
+
+    def synced(target):
+        return jax.tree_util.tree_map(blend, state.params, target)
+
+    # A conditional, not a select: most steps skip the sync and touch no parameter at all
+    # (under vmap it becomes a select again, which is what vmapped seeds need anyway).
+    target = lax.cond(due, synced, lambda target: target, state.target_params)
     last = jnp.where(due, env_steps, state.last_target_update)
     return state._replace(target_params=target, last_target_update=last), due

@@ -88,8 +88,10 @@ def policy_config(config: DQNConfig, overrides: tuple[tuple[str, Any], ...]) -> 
 
 
 def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None = None,
-              axis_name: str | None = None, num_replicas: int = 1) -> plan.Plan:
-    """The multi-agent ``Plan`` for ``config`` (see the module docstring); refusals name the key."""
+              axis_name: str | None = None, num_replicas: int = 1,
+              prng_impl: str | None = plan.PRNG_IMPL) -> plan.Plan:
+    """The multi-agent ``Plan`` for ``config`` (see the module docstring); refusals name the key.
+    ``init`` draws from ``plan.plan_key(key, prng_impl)``."""
     multi = config.multiagent or MultiAgentConfig()
     if num_replicas > 1 and axis_name is None:
         raise ValueError(f"num_replicas={num_replicas} needs the axis_name of the device axis")
@@ -237,7 +239,7 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
 
     def init(key: Array) -> plan.TrainState:
         """Fresh learners, empty buffers, primed actors, then the warm-up stores."""
-        learner_key, key = jax.random.split(key)  # the networks: the same on every replica
+        learner_key, key = jax.random.split(plan.plan_key(key, prng_impl if axis_name is None else None))  # the networks: the same on every replica
         if axis_name is not None:
             key = jax.random.fold_in(key, lax.axis_index(axis_name))
         env_key, prime_key, key = jax.random.split(key, 3)

@@ -119,6 +119,13 @@ def is_key(x: Any) -> bool:
     return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
+def key_impl_name(x: Any) -> str:
+    """The PRNG implementation's name of typed keys ``x`` (an array or ``ShapeDtypeStruct``)."""
+    if isinstance(x, jax.Array):
+        return str(jax.random.key_impl(x))
+    return x.dtype._impl.name  # a ShapeDtypeStruct: jax has no public accessor for its key type
+
+
 def layout_keys(seed: int, num_devices: int, num_seeds: int | None) -> jax.Array:
     """The global init keys of a layout: ``[]``, ``[S]``, ``[D]`` (one key, the same on every
     device: one run) or ``[D, S/D]`` (seed ``k`` of ``S`` is ``split(key(seed), S)[k]`` always)."""
@@ -167,12 +174,13 @@ def global_template(config: DQNConfig, num_devices: int, num_seeds: int | None) 
     (a ``vmap`` with the device axis name stands in for ``pmap``: no devices are needed)."""
     keys = layout_keys(config.seed, num_devices, num_seeds)
     if num_devices == 1:
-        init = make_plan(config).init
-        return jax.eval_shape(init if num_seeds is None else jax.vmap(init), keys)
+        if num_seeds is None:
+            return jax.eval_shape(make_plan(config).init, keys)
+        return jax.eval_shape(jax.vmap(make_plan(config, prng_impl=None).init), keys)
     if num_seeds is None:
-        plan = make_plan(config, axis_name=AXIS, num_replicas=num_devices)
+        plan = make_plan(config, axis_name=AXIS, num_replicas=num_devices, prng_impl=None)
         return jax.eval_shape(jax.vmap(plan.init, axis_name=AXIS), keys)
-    return jax.eval_shape(jax.vmap(jax.vmap(make_plan(config).init)), keys)
+    return jax.eval_shape(jax.vmap(jax.vmap(make_plan(config, prng_impl=None).init)), keys)
 
 
 def unreplicate_global(tree: Any, num_devices: int, num_seeds: int | None) -> Any:
@@ -191,10 +199,13 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
     give (see the module docstring)."""
     layout = make_layout(config, num_seeds)
     D, S = layout.num_devices, num_seeds
+    # One run on one device draws from Philox keys (plan.plan_key). Inside pmap Philox does not
+    # lower, and a seed must give the same run on any device count, so seeds keep threefry keys.
+    prng = {} if D == 1 and S is None else {"prng_impl": None}
     if layout.data_parallel:
-        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, axis_name=AXIS, num_replicas=D)
+        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, axis_name=AXIS, num_replicas=D, **prng)
     else:
-        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch)
+        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, **prng)
     local = _local_devices(layout)
     # Row i of a leaf on local device i: the sharding that pmap's own outputs have.
     sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(local), (AXIS,)),
@@ -224,7 +235,8 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
 
         raw = jax.tree_util.tree_map(lambda x: jax.random.key_data(x) if is_key(x) else x, tree)
         full = multihost_utils.process_allgather(raw, tiled=True)
-        return jax.tree_util.tree_map(lambda t, x: jax.random.wrap_key_data(x) if is_key(t) else x, tree, full)
+        return jax.tree_util.tree_map(lambda t, x: jax.random.wrap_key_data(x, impl=key_impl_name(t)) if is_key(t) else x,
+                                      tree, full)
 
     def report_to_host(report: dict[str, Any]) -> dict[str, Any]:
         if D == 1:

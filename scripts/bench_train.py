@@ -6,7 +6,8 @@ Adam 2.5e-4 (no clipping), no double / dueling / PER, epsilon 1 -> 0.05 over hal
 (120, 84) ReLU MLP, 500k env steps. Rows:
 
 - ``floor``: a scan of only the vmapped env step + greedy action, and one SGD step of the same
-  network on a fixed batch for every 10 env steps after learning starts: what any DQN must pay.
+  network on a fixed batch for every 10 env steps after learning starts: what any DQN must pay
+  (drawing from the same Philox keys as jaxdqn).
 - ``jaxdqn``: ``jaxdqn.make_train`` at that config (uniform replay), one seed.
 - ``jaxdqn PER``: the same with prioritized replay (alpha 0.6, beta 0.4).
 - ``jaxdqn x8 seeds``: ``jax.vmap`` over 8 seeds, reported per seed-run (8x the work).
@@ -35,7 +36,7 @@ import optax
 
 from jaxdqn import DQNConfig, ExplorationConfig, ModelConfig, SimpleQConfig, envs
 from jaxdqn.networks import make_network
-from jaxdqn.plan import make_train
+from jaxdqn.plan import make_train, plan_key
 
 NUM_ENVS, BATCH, BUFFER, STARTS, TARGET_FREQ, LR = 10, 128, 10_000, 10_000, 500, 2.5e-4
 
@@ -83,7 +84,9 @@ def make_floor(config: DQNConfig) -> Callable[[jax.Array], Any]:
         return optax.apply_updates(params, updates), opt_state
 
     def run(key):
-        reset_key, init_key, batch_key, key = jax.random.split(key, 4)
+        # The plan's own random stream (Philox keys, see plan.plan_key), so that the floor pays
+        # for its env resets and key splits what jaxdqn pays, not threefry's CPU loops.
+        reset_key, init_key, batch_key, key = jax.random.split(plan_key(key), 4)
         obs, env_state = envs.reset(spec, reset_key, NUM_ENVS)
         params = network.init(init_key, obs)
         opt_state = optimizer.init(params)

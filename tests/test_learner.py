@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jaxdqn import DQNConfig, ModelConfig, SimpleQConfig, exploration, learner
 from jaxdqn.networks import make_network
@@ -183,3 +185,15 @@ def test_noisy_nets_explore_through_their_noise_not_epsilon():
     q = net.apply(params, obs, deterministic=True).q
     assert {int(exploration.explore(jax.random.key(i), q, 1.0, noisy=True)[0]) for i in range(20)} == {
         int(jnp.argmax(q))}  # epsilon is ignored
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.floats(0.0, 1.0, width=32)), min_size=2, max_size=5,
+                unique_by=lambda p: p[0]),
+       st.lists(st.integers(-100, 12_000), min_size=1, max_size=8))
+def test_piecewise_linear_matches_numpy_interp(points, times):
+    points = sorted(points)
+    schedule = jax.jit(lambda t: exploration.piecewise_linear(points, t))
+    want = np.interp(times, [p[0] for p in points], [p[1] for p in points])
+    got = [float(schedule(jnp.int32(t))) for t in times]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

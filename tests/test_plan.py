@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from jaxdqn import DQNConfig, ModelConfig, SimpleQConfig
-from jaxdqn.plan import make_plan, make_schedule, make_train
+from jaxdqn.plan import PRNG_IMPL, make_plan, make_schedule, make_train, plan_key
 
 TINY = dict(buffer_size=2000, learning_starts=64, num_envs_per_worker=4, timesteps_per_iteration=256,
             total_timesteps=512, model=ModelConfig(fcnet_hiddens=(16,)), train_batch_size=16)
@@ -150,3 +150,31 @@ def test_evaluation_vmaps_over_seeds():
     result = jax.jit(jax.vmap(plan.evaluate))(states.learner.params, jax.random.split(jax.random.key(1), 2))
     assert result.episode_return.shape == (2, 2)
     np.testing.assert_allclose(result.episode_return, result.episode_length)  # CartPole: +1 per step
+
+
+def test_the_plan_draws_from_philox_keys_derived_from_any_key():
+    philox = plan_key(jax.random.key(0))
+    assert str(jax.random.key_impl(philox)) == PRNG_IMPL == "philox4x32"
+    assert plan_key(philox) is philox
+    legacy = plan_key(jax.random.PRNGKey(0))  # a raw uint32[2] key: the same 64 bits drawn
+    np.testing.assert_array_equal(jax.random.key_data(legacy), jax.random.key_data(philox))
+    assert not np.array_equal(jax.random.key_data(plan_key(jax.random.key(1))), jax.random.key_data(philox))
+    threefry = jax.random.key(0)
+    assert plan_key(threefry, None) is threefry
+    state = jax.eval_shape(make_plan(SimpleQConfig(**TINY)).init, threefry)
+    assert state.key.dtype == philox.dtype
+
+
+def count_while_loops(plan):
+    state = jax.jit(plan.init)(jax.random.key(0))
+    return jax.jit(plan.iteration).lower(state, None).compile().as_text().count(" while(")
+
+
+def test_an_iteration_compiles_to_straight_line_code_without_rng_loops():
+    # On the CPU XLA lowers every threefry call as a rolled while loop (about fifteen per
+    # iteration); the plan's Philox keys lower unrolled, and nothing else in a SimpleQ
+    # iteration (one store, one replay) needs a loop.
+    config = SimpleQConfig(**{**TINY, "rollout_fragment_length": 1})
+    assert make_schedule(config).stores == make_schedule(config).replays == 1
+    assert count_while_loops(make_plan(config)) == 0
+    assert count_while_loops(make_plan(config, prng_impl=None)) > 0

@@ -176,8 +176,9 @@ def test_seeds_run_stacked_and_differ():
     assert [r["training_iteration"] for r in results] == [1, 1, 1]
     assert len({r["info"]["learner"]["default_policy"]["learner_stats"]["loss"] for r in results}) == 3
     assert len(trainer.evaluate()) == 3
-    # Seed k of a stacked Trainer is split(key(seed), S)[k]: the same run as make_plan alone.
-    plan = make_plan(CONFIG)
+    # Seed k of a stacked Trainer is split(key(seed), S)[k]: the same run as make_plan alone
+    # with that threefry key kept (seeds keep it on every layout, see parallel.make_runner).
+    plan = make_plan(CONFIG, prng_impl=None)
     state = jax.jit(plan.init)(jax.random.split(jax.random.key(CONFIG.seed), 3)[1])
     _, report = jax.jit(plan.chunk)(state)
     assert results[1]["timesteps_total"] == int(report["num_steps_sampled"])
