@@ -54,6 +54,13 @@ def _layout(names: list[str], leaves: list[Any]) -> list[list[Any]]:
     return [[n, list(x.shape), str(x.dtype)] for n, x in zip(names, leaves)]
 
 
+def _key_impls(tree: Any) -> dict[str, str]:
+    """The PRNG implementation of every typed-key leaf, by leaf path (their data alone does not
+    tell a threefry key from a Philox one: both are ``uint32[2]``)."""
+    with_paths, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return {jax.tree_util.keystr(path): key_impl_name(x) for path, x in with_paths if is_key(x)}
+
+
 def _checkpointer() -> ocp.Checkpointer:
     return ocp.Checkpointer(ocp.CompositeCheckpointHandler())
 
@@ -73,7 +80,7 @@ def save(directory: str | os.PathLike, iteration: int, state: Any, meta: dict[st
     path = path_for(directory, iteration)
     path.parent.mkdir(parents=True, exist_ok=True)
     names, leaves = _flat(state)
-    meta = {**meta, "layout": _layout(names, leaves)}
+    meta = {**meta, "layout": _layout(names, leaves), "prng": _key_impls(state)}
     args = ocp.args.Composite(state=ocp.args.StandardSave(_items(leaves)), meta=ocp.args.JsonSave(meta))
     checkpointer = _checkpointer()
     checkpointer.save(path.absolute(), args=args, force=True)
@@ -124,6 +131,11 @@ def restore(path: str | os.PathLike, template: Any) -> tuple[Any, dict[str, Any]
         first = next((f"{a} vs {b}" for a, b in zip(saved or [], wanted) if a != b),
                      f"{len(saved or [])} arrays vs {len(wanted)}")
         raise ValueError(f"checkpoint {str(path)!r} holds another state layout (saved vs expected: {first})")
+    saved_prng = meta.get("prng", {})  # checkpoints without it hold threefry keys (the only kind then)
+    for name, impl in _key_impls(template).items():
+        if saved_prng.get(name, "threefry2x32") != impl:
+            raise ValueError(f"checkpoint {str(path)!r} holds a {saved_prng.get(name, 'threefry2x32')} key at "
+                             f"{name}; this run draws from {impl} keys (see jaxdqn.plan.plan_key)")
     abstract = _items([jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves])
     restored = _checkpointer().restore(path.absolute(), args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
     arrays = dict(restored.state)

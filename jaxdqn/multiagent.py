@@ -239,7 +239,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
 
     def init(key: Array) -> plan.TrainState:
         """Fresh learners, empty buffers, primed actors, then the warm-up stores."""
-        learner_key, key = jax.random.split(plan.plan_key(key, prng_impl if axis_name is None else None))  # the networks: the same on every replica
+        key = plan.plan_key(key, prng_impl if axis_name is None else None)
+        learner_key, key = jax.random.split(key)  # the networks: the same on every replica
         if axis_name is not None:
             key = jax.random.fold_in(key, lax.axis_index(axis_name))
         env_key, prime_key, key = jax.random.split(key, 3)

@@ -203,7 +203,8 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
     # lower, and a seed must give the same run on any device count, so seeds keep threefry keys.
     prng = {} if D == 1 and S is None else {"prng_impl": None}
     if layout.data_parallel:
-        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, axis_name=AXIS, num_replicas=D, **prng)
+        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, axis_name=AXIS, num_replicas=D,
+                         **prng)
     else:
         plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, **prng)
     local = _local_devices(layout)
@@ -235,8 +236,8 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
 
         raw = jax.tree_util.tree_map(lambda x: jax.random.key_data(x) if is_key(x) else x, tree)
         full = multihost_utils.process_allgather(raw, tiled=True)
-        return jax.tree_util.tree_map(lambda t, x: jax.random.wrap_key_data(x, impl=key_impl_name(t)) if is_key(t) else x,
-                                      tree, full)
+        rewrap = lambda t, x: jax.random.wrap_key_data(x, impl=key_impl_name(t)) if is_key(t) else x  # noqa: E731
+        return jax.tree_util.tree_map(rewrap, tree, full)
 
     def report_to_host(report: dict[str, Any]) -> dict[str, Any]:
         if D == 1:

@@ -337,7 +337,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
 
     def init(key: Array) -> TrainState:
         """Fresh learner, empty buffer, primed actor, then the warm-up stores."""
-        learner_key, key = jax.random.split(plan_key(key, prng_impl if axis_name is None else None))  # the network: the same on every replica
+        key = plan_key(key, prng_impl if axis_name is None else None)
+        learner_key, key = jax.random.split(key)  # the network: the same on every replica
         if axis_name is not None:
             key = jax.random.fold_in(key, lax.axis_index(axis_name))
         env_key, prime_key, key = jax.random.split(key, 3)

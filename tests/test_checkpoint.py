@@ -51,3 +51,15 @@ def test_only_finished_checkpoints_are_found(tmp_path):
     assert checkpoint.resolve(tmp_path).name == "checkpoint_000010"
     restored, _ = checkpoint.restore(tmp_path / "checkpoint_000002", make_state(0))
     assert int(restored.counter) == 2
+
+
+def test_keys_keep_their_prng_and_another_prng_is_refused(tmp_path):
+    philox = make_state(3)._replace(key=jax.random.key(3, impl="philox4x32"))
+    checkpoint.save(tmp_path, 1, philox, {})
+    template = jax.eval_shape(lambda: philox)
+    restored, _ = checkpoint.restore(tmp_path, template)
+    assert str(jax.random.key_impl(restored.key)) == "philox4x32"
+    np.testing.assert_array_equal(jax.random.uniform(restored.key, (3,)), jax.random.uniform(philox.key, (3,)))
+    # Same uint32[2] key data, another generator: refused, not silently reinterpreted.
+    with pytest.raises(ValueError, match=r"holds a philox4x32 key at .*key.*draws from threefry2x32"):
+        checkpoint.restore(tmp_path, jax.eval_shape(lambda: make_state(0)))
