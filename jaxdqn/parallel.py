@@ -126,6 +126,13 @@ def key_impl_name(x: Any) -> str:
     return x.dtype._impl.name  # a ShapeDtypeStruct: jax has no public accessor for its key type
 
 
+def layout_prng(num_devices: int, num_seeds: int | None) -> dict[str, Any]:
+    """The ``make_plan`` keyword for a layout's random stream: one run on one device draws from
+    Philox keys (``plan.plan_key``, the default); inside ``pmap`` Philox does not lower, and a
+    seed must give the same run on any device count, so every other layout keeps threefry keys."""
+    return {} if num_devices == 1 and num_seeds is None else {"prng_impl": None}
+
+
 def layout_keys(seed: int, num_devices: int, num_seeds: int | None) -> jax.Array:
     """The global init keys of a layout: ``[]``, ``[S]``, ``[D]`` (one key, the same on every
     device: one run) or ``[D, S/D]`` (seed ``k`` of ``S`` is ``split(key(seed), S)[k]`` always)."""
@@ -173,14 +180,14 @@ def global_template(config: DQNConfig, num_devices: int, num_seeds: int | None) 
     """The shapes and dtypes of the global state of ``config`` laid out over ``num_devices``
     (a ``vmap`` with the device axis name stands in for ``pmap``: no devices are needed)."""
     keys = layout_keys(config.seed, num_devices, num_seeds)
+    prng = layout_prng(num_devices, num_seeds)
     if num_devices == 1:
-        if num_seeds is None:
-            return jax.eval_shape(make_plan(config).init, keys)
-        return jax.eval_shape(jax.vmap(make_plan(config, prng_impl=None).init), keys)
+        init = make_plan(config, **prng).init
+        return jax.eval_shape(init if num_seeds is None else jax.vmap(init), keys)
     if num_seeds is None:
-        plan = make_plan(config, axis_name=AXIS, num_replicas=num_devices, prng_impl=None)
+        plan = make_plan(config, axis_name=AXIS, num_replicas=num_devices, **prng)
         return jax.eval_shape(jax.vmap(plan.init, axis_name=AXIS), keys)
-    return jax.eval_shape(jax.vmap(jax.vmap(make_plan(config, prng_impl=None).init)), keys)
+    return jax.eval_shape(jax.vmap(jax.vmap(make_plan(config, **prng).init)), keys)
 
 
 def unreplicate_global(tree: Any, num_devices: int, num_seeds: int | None) -> Any:
@@ -199,9 +206,7 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
     give (see the module docstring)."""
     layout = make_layout(config, num_seeds)
     D, S = layout.num_devices, num_seeds
-    # One run on one device draws from Philox keys (plan.plan_key). Inside pmap Philox does not
-    # lower, and a seed must give the same run on any device count, so seeds keep threefry keys.
-    prng = {} if D == 1 and S is None else {"prng_impl": None}
+    prng = layout_prng(D, S)
     if layout.data_parallel:
         plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, axis_name=AXIS, num_replicas=D,
                          **prng)
@@ -273,5 +278,5 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
                   replicate=replicate)
 
 
-__all__ = ["AXIS", "Layout", "Runner", "global_template", "is_key", "layout_keys", "make_layout", "make_runner",
-           "resolve_num_devices", "unreplicate_global"]
+__all__ = ["AXIS", "Layout", "Runner", "global_template", "is_key", "key_impl_name", "layout_keys", "layout_prng",
+           "make_layout", "make_runner", "resolve_num_devices", "unreplicate_global"]
