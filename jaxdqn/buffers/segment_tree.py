@@ -118,21 +118,17 @@ def set_leaves(trees: Array, slots: Array, values: Array, *, capacity: int) -> A
     Duplicate slots must carry equal values (see ``last_write_wins``).
     """
     levels = layout(capacity)
-    k = slots.shape[0]
-    rows = jnp.repeat(jnp.array([SUM, MIN], jnp.int32), k)  # [2K]
     nodes = slots.astype(jnp.int32)
     values = values.astype(trees.dtype)
-    leaf = levels[-1].offset + nodes
-    trees = trees.at[rows, jnp.concatenate([leaf, leaf])].set(jnp.concatenate([values, values]))
+    # One scatter per level that writes a column of both rows: its indices are the nodes
+    # themselves (no [2K, 2] index pairs to build), its updates one [2, K] array.
+    trees = trees.at[:, levels[-1].offset + nodes].set(jnp.stack([values, values]))
     for parent_level, child_level in zip(levels[-2::-1], levels[:0:-1]):
         nodes = nodes // FANOUT
         children = blocks(trees, child_level, nodes)  # [2, K, F]
         total = running_sums(children[SUM])[:, -1]
         smallest = jnp.min(children[MIN], axis=-1)
-        parent = parent_level.offset + nodes
-        trees = trees.at[rows, jnp.concatenate([parent, parent])].set(
-            jnp.concatenate([total, smallest])
-        )
+        trees = trees.at[:, parent_level.offset + nodes].set(jnp.stack([total, smallest]))
     return trees
 
 
