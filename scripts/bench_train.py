@@ -15,8 +15,9 @@ Adam 2.5e-4 (no clipping), no double / dueling / PER, epsilon 1 -> 0.05 over hal
   MLP is (64, 64) and it runs one greedy evaluation of 128 episodes at the end.
 
 Each row: compile time (lower + compile), median wall time of ``--repeats`` runs (one run for
-the 8-seed row, 8x the work), env steps/s,
-SGD steps/s and time relative to the floor. Usage::
+the 8-seed row, 8x the work), env steps/s, SGD steps/s and time relative to the floor. All rows
+are compiled first, then timed round robin (one run of every row per round), so that the
+shared machine's changing load falls on every row alike. Usage::
 
     python scripts/bench_train.py [--timesteps 500000] [--repeats 3] [--no-rejax] [--json FILE]
 """
@@ -106,7 +107,9 @@ def make_floor(config: DQNConfig) -> Callable[[jax.Array], Any]:
 
         carry, _ = jax.lax.scan(warm, (obs, env_state, key, params), None, length=warmup)
         carry, _ = jax.lax.scan(learn, (*carry, opt_state), None, length=iterations - warmup)
-        return carry[3]
+        # The observations too: returning only the params (which the fixed batch makes independent
+        # of the env) let XLA drop the env step and the acting from the learning loop as dead code.
+        return carry[3], carry[0]
 
     return run
 
@@ -145,17 +148,27 @@ def make_rejax(timesteps: int) -> Callable[[jax.Array], Any]:
     return algo.train
 
 
-def time_it(fn: Callable[[jax.Array], Any], repeats: int) -> tuple[float, float, Any]:  # noqa: D103
-    """(compile seconds, median run seconds, last output)."""
+def compile_it(fn: Callable[[jax.Array], Any]) -> tuple[float, Callable[[jax.Array], Any]]:
+    """(compile seconds: lower + compile, the compiled function)."""
     start = time.perf_counter()
     compiled = jax.jit(fn).lower(jax.random.key(0)).compile()
-    compile_s = time.perf_counter() - start
-    runs, out = [], None
-    for i in range(repeats):
-        start = time.perf_counter()
-        out = jax.block_until_ready(compiled(jax.random.key(i)))
-        runs.append(time.perf_counter() - start)
-    return compile_s, statistics.median(runs), out
+    return time.perf_counter() - start, compiled
+
+
+def time_runs(compiled: dict[str, Callable[[jax.Array], Any]], runs: dict[str, int]
+              ) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """Wall times of ``runs[name]`` runs of each compiled row, taken round robin (one run of
+    every row per round), so that a change in the shared machine's load hits every row alike
+    rather than whichever row happened to run then; and each row's last output."""
+    times: dict[str, list[float]] = {name: [] for name in compiled}
+    outputs: dict[str, Any] = {}
+    for i in range(max(runs.values())):
+        for name, fn in compiled.items():
+            if i < runs[name]:
+                start = time.perf_counter()
+                outputs[name] = jax.block_until_ready(fn(jax.random.key(i)))
+                times[name].append(time.perf_counter() - start)
+    return times, outputs
 
 
 def main() -> None:
@@ -168,25 +181,32 @@ def main() -> None:
 
     steps = args.timesteps
     sgd_steps = (steps - STARTS) // NUM_ENVS
-    rows: list[dict[str, Any]] = []
-
-    def add(name: str, fn: Callable, seeds: int = 1, returns: Callable[[Any], float] | None = None) -> None:
-        # The stacked-seed row does 8x the work: one run of it is as long as 8 of the others.
-        compile_s, run_s, out = time_it(fn, args.repeats if seeds == 1 else 1)
-        per_seed = run_s / seeds
-        rows.append(dict(name=name, compile_s=compile_s, run_s=run_s, seeds=seeds,
-                         env_steps_per_s=steps / per_seed, sgd_steps_per_s=sgd_steps / per_seed,
-                         final_return=None if returns is None else returns(out)))
-        print(f"  {name}: compile {compile_s:.1f}s, run {run_s:.2f}s", flush=True)
-
-    jaxdqn_return = lambda out: float(np.mean(np.asarray(out[1]["episode_reward_mean"])[..., -1]))  # noqa: E731
-    add("floor", make_floor(purejaxrl_config(steps)))
-    add("jaxdqn", make_train(purejaxrl_config(steps)), returns=jaxdqn_return)
-    add("jaxdqn PER", make_train(purejaxrl_config(steps, prioritized=True)), returns=jaxdqn_return)
     train = make_train(purejaxrl_config(steps))
-    add("jaxdqn x8 seeds", lambda key: jax.vmap(train)(jax.random.split(key, 8)), seeds=8, returns=jaxdqn_return)
+    # name: (function, seeds, final return from its output)
+    jaxdqn_return = lambda out: float(np.mean(np.asarray(out[1]["episode_reward_mean"])[..., -1]))  # noqa: E731
+    specs: dict[str, tuple[Callable, int, Callable[[Any], float] | None]] = {
+        "floor": (make_floor(purejaxrl_config(steps)), 1, None),
+        "jaxdqn": (train, 1, jaxdqn_return),
+        "jaxdqn PER": (make_train(purejaxrl_config(steps, prioritized=True)), 1, jaxdqn_return),
+        # The stacked-seed row does 8x the work: one run of it is as long as 8 of the others.
+        "jaxdqn x8 seeds": (lambda key: jax.vmap(train)(jax.random.split(key, 8)), 8, jaxdqn_return),
+    }
     if not args.no_rejax:
-        add("rejax", make_rejax(steps), returns=lambda out: float(np.mean(np.asarray(out[1][1]))))
+        specs["rejax"] = (make_rejax(steps), 1, lambda out: float(np.mean(np.asarray(out[1][1]))))
+    compile_s, compiled = {}, {}
+    for name, (fn, _, _) in specs.items():
+        compile_s[name], compiled[name] = compile_it(fn)
+        print(f"  {name}: compile {compile_s[name]:.1f}s", flush=True)
+    runs = {name: args.repeats if seeds == 1 else 1 for name, (_, seeds, _) in specs.items()}
+    times, outputs = time_runs(compiled, runs)
+    rows: list[dict[str, Any]] = []
+    for name, (_, seeds, returns) in specs.items():
+        run_s = statistics.median(times[name])
+        per_seed = run_s / seeds
+        rows.append(dict(name=name, compile_s=compile_s[name], run_s=run_s, runs=[round(t, 3) for t in times[name]],
+                         seeds=seeds, env_steps_per_s=steps / per_seed, sgd_steps_per_s=sgd_steps / per_seed,
+                         final_return=None if returns is None else returns(outputs[name])))
+        print(f"  {name}: runs {', '.join(f'{t:.2f}' for t in times[name])} s", flush=True)
 
     floor = rows[0]["run_s"]
     print(f"\nCartPole-v1, PureJaxRL DQN config, {steps} env steps, median of {args.repeats}, "
