@@ -219,6 +219,13 @@ def make_train_step(
     def mean(x):
         return lax.pmean(x, axis_name) if axis_name is not None else x
 
+    # Sequences mark their untrained steps NaN in ``q_selected``; feed-forward batches have none,
+    # and the plain reductions are fewer kernels than the NaN-skipping ones.
+    if config.model.use_lstm:
+        q_mean, q_min, q_max = jnp.nanmean, jnp.nanmin, jnp.nanmax
+    else:
+        q_mean, q_min, q_max = jnp.mean, jnp.min, jnp.max
+
     def train_step(state: LearnerState, sample: Sample, *, env_steps: Array, key: Array):
         (loss, (td, q_selected)), grads = grad_fn(
             state.params, state.target_params, sample.items, sample.weights, key
@@ -230,9 +237,9 @@ def make_train_step(
         params = optax.apply_updates(state.params, updates)
         info = LearnInfo(
             loss=mean(loss),
-            mean_q=mean(jnp.nanmean(q_selected)),
-            min_q=lax.pmin(jnp.nanmin(q_selected), axis_name) if axis_name else jnp.nanmin(q_selected),
-            max_q=lax.pmax(jnp.nanmax(q_selected), axis_name) if axis_name else jnp.nanmax(q_selected),
+            mean_q=mean(q_mean(q_selected)),
+            min_q=lax.pmin(q_min(q_selected), axis_name) if axis_name else q_min(q_selected),
+            max_q=lax.pmax(q_max(q_selected), axis_name) if axis_name else q_max(q_selected),
             mean_td_error=mean(jnp.mean(td)),
             cur_lr=lr,
             grad_gnorm=optax.tree.norm(grads),
