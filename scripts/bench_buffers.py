@@ -3,9 +3,12 @@
 Inside one jitted ``lax.scan`` of ``--iters`` iterations, each iteration adds 10 CartPole
 transitions, samples 128 and (prioritized) writes 128 new priorities. The buffer is first filled
 to half its capacity (untimed). Each configuration is compiled once and run ``--runs`` times
-from a fresh copy of the filled state (donated, so storage is updated in place); the table shows
-the median microseconds per iteration, the compile time, and the ratio flashbax / jaxdqn
-(> 1: jaxdqn is faster).
+from a fresh copy of the filled state (donated, so storage is updated in place), jaxdqn's and
+flashbax's runs alternating; the table shows the median microseconds per iteration, the compile
+time, and the ratio flashbax / jaxdqn (> 1: jaxdqn is faster). Both draw from the keys the
+execution plan uses (Philox-4x32, ``--prng``): on the CPU, JAX's default threefry is a rolled
+loop per draw that costs as much as a whole prioritized iteration and hides the buffers' own
+cost.
 
     pip install -e ".[bench]" && python scripts/bench_buffers.py
 """
@@ -22,6 +25,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxdqn import buffers
+from jaxdqn.plan import PRNG_IMPL
 from jaxdqn.types import Transition
 
 ADD, BATCH, PRIORITY_EPS = 10, 128, 1e-6
@@ -109,8 +113,9 @@ def fill(contender: Contender, items: int):
     return jax.block_until_ready(run(contender.init()))
 
 
-def measure(contender: Contender, capacity: int, iters: int, runs: int) -> tuple[float, float]:
-    """(median microseconds per iteration, compile seconds)."""
+def prepare(contender: Contender, capacity: int, iters: int, prng: str) -> tuple[float, Callable[[int], float]]:
+    """Fill the buffer to half its capacity and compile the timed loop: ``(compile seconds,
+    run(seed) -> seconds per iteration)``, each run from a fresh copy of the filled state."""
     filled = fill(contender, capacity // 2)
 
     def loop(state, key):
@@ -124,16 +129,29 @@ def measure(contender: Contender, capacity: int, iters: int, runs: int) -> tuple
 
     jitted = jax.jit(loop, donate_argnums=0)
     t0 = time.perf_counter()
-    compiled = jitted.lower(filled, jax.random.key(0)).compile()
+    compiled = jitted.lower(filled, jax.random.key(0, impl=prng)).compile()
     compile_s = time.perf_counter() - t0
-    times = []
-    for run in range(runs):
+
+    def run(seed: int) -> float:
         state = jax.tree_util.tree_map(jnp.copy, filled)
         jax.block_until_ready(state)
         t0 = time.perf_counter()
-        jax.block_until_ready(compiled(state, jax.random.key(run)))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) / iters * 1e6, compile_s
+        jax.block_until_ready(compiled(state, jax.random.key(seed, impl=prng)))
+        return (time.perf_counter() - t0) / iters
+
+    return compile_s, run
+
+
+def measure(contenders: dict[str, Contender], capacity: int, iters: int, runs: int, prng: str
+            ) -> dict[str, tuple[float, float]]:
+    """``name -> (median microseconds per iteration, compile seconds)``; the contenders' runs
+    alternate (one run of each per round), so that the shared machine's load hits both alike."""
+    prepared = {name: prepare(c, capacity, iters, prng) for name, c in contenders.items()}
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for seed in range(runs):
+        for name, (_, run) in prepared.items():
+            times[name].append(run(seed))
+    return {name: (statistics.median(times[name]) * 1e6, prepared[name][0]) for name in contenders}
 
 
 def main() -> None:
@@ -142,6 +160,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--capacities", type=int, nargs="+", default=[10_000, 1_000_000])
     parser.add_argument("--no-flashbax", action="store_true", help="only time jaxdqn")
+    parser.add_argument("--prng", default=PRNG_IMPL, choices=["philox4x32", "threefry2x32", "rbg"],
+                        help="the keys both contenders draw from (default: the plan's, %(default)s)")
     args = parser.parse_args()
 
     try:
@@ -153,15 +173,19 @@ def main() -> None:
         with_flashbax = False
 
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {args.iters} iterations of "
-          f"add {ADD} + sample {BATCH} (+ update {BATCH}), median of {args.runs} runs\n")
+          f"add {ADD} + sample {BATCH} (+ update {BATCH}), median of {args.runs} runs, {args.prng} keys\n")
     header = f"| buffer | capacity | jaxdqn us/iter | compile s | flashbax us/iter | compile s | flashbax / jaxdqn |"
     print(header)
     print("|---|---|---|---|---|---|---|")
     for kind in ("uniform", "prioritized"):
         for capacity in args.capacities:
-            ours, ours_c = measure(jaxdqn_contender(kind, capacity), capacity, args.iters, args.runs)
+            contenders = {"jaxdqn": jaxdqn_contender(kind, capacity)}
             if with_flashbax:
-                theirs, theirs_c = measure(flashbax_contender(kind, capacity), capacity, args.iters, args.runs)
+                contenders["flashbax"] = flashbax_contender(kind, capacity)
+            result = measure(contenders, capacity, args.iters, args.runs, args.prng)
+            ours, ours_c = result["jaxdqn"]
+            if with_flashbax:
+                theirs, theirs_c = result["flashbax"]
                 row = f"{theirs:.1f} | {theirs_c:.2f} | {theirs / ours:.2f}x"
             else:
                 row = "- | - | -"

@@ -154,26 +154,25 @@ def find_prefix_sum(trees: Array, mass: Array, *, capacity: int) -> tuple[Array,
     """
     levels = layout(capacity)
     node = jnp.zeros(mass.shape, jnp.int32)
-    value = jnp.broadcast_to(trees[SUM, 0], mass.shape)  # the root (also the leaf if N == 1)
-    if len(levels) == 1:
-        return node, value
-    first_blocks = jnp.array([level.offset // FANOUT for level in levels[1:]], jnp.int32)
+    if len(levels) > 1:
+        first_blocks = jnp.array([level.offset // FANOUT for level in levels[1:]], jnp.int32)
 
-    def descend(depth, carry):
-        node, mass, _ = carry
-        block = trees.reshape(2, -1, FANOUT)[SUM, first_blocks[depth] + node]  # [B, F]
-        columns = [block[:, j] for j in range(FANOUT)]
-        running = [columns[0]]
-        for column in columns[1:]:
-            running.append(running[-1] + column)
-        mass = jnp.minimum(mass, jnp.nextafter(running[-1], jnp.zeros_like(mass)))
-        passed = [r <= mass for r in running]  # True for every child wholly below ``mass``
-        child = sum(p.astype(jnp.int32) for p in passed)  # [B], in [0, F - 1]
-        below = functools.reduce(jnp.maximum, [jnp.where(p, r, 0) for p, r in zip(passed, running)])
-        value = sum(jnp.where(child == j, c, 0) for j, c in enumerate(columns))
-        return node * FANOUT + jnp.minimum(child, FANOUT - 1), mass - below, value
+        def descend(depth, carry):
+            node, mass = carry
+            block = trees.reshape(2, -1, FANOUT)[SUM, first_blocks[depth] + node]  # [B, F]
+            running = [block[:, 0]]
+            for j in range(1, FANOUT):
+                running.append(running[-1] + block[:, j])
+            mass = jnp.minimum(mass, jnp.nextafter(running[-1], jnp.zeros_like(mass)))
+            passed = [r <= mass for r in running]  # True for every child wholly below ``mass``
+            child = sum(p.astype(jnp.int32) for p in passed)  # [B], in [0, F - 1]
+            below = functools.reduce(jnp.maximum, [jnp.where(p, r, 0) for p, r in zip(passed, running)])
+            return node * FANOUT + jnp.minimum(child, FANOUT - 1), mass - below
 
-    node, _, value = lax.fori_loop(0, len(levels) - 1, descend, (node, mass, value))
+        node, _ = lax.fori_loop(0, len(levels) - 1, descend, (node, mass))
+    # The leaf's priority, read once after the descent (carrying it through the loop would cost
+    # a kernel per level).
+    value = trees[SUM, levels[-1].offset + node]
     return node, value
 
 
