@@ -14,7 +14,6 @@ import jax
 import jax.numpy as jnp
 import optax
 from jax import lax
-from jax.flatten_util import ravel_pytree
 
 from jaxdqn import exploration, losses
 from jaxdqn.config import DQNConfig
@@ -222,10 +221,6 @@ def make_train_step(
 
     # Sequences mark their untrained steps NaN in ``q_selected``; feed-forward batches have none,
     # and the plain reductions are fewer kernels than the NaN-skipping ones.
-    if config.grad_clip is None:  # one reduction over all gradients, not one per parameter
-        grad_norm = lambda grads: jnp.sqrt(jnp.sum(jnp.square(ravel_pytree(grads)[0])))  # noqa: E731
-    else:  # the same expression as clip_by_global_norm's, which XLA then computes once
-        grad_norm = optax.tree.norm
     if config.model.use_lstm:
         q_mean, q_min, q_max = jnp.nanmean, jnp.nanmin, jnp.nanmax
     else:
@@ -247,7 +242,7 @@ def make_train_step(
             max_q=lax.pmax(q_max(q_selected), axis_name) if axis_name else q_max(q_selected),
             mean_td_error=mean(jnp.mean(td)),
             cur_lr=lr,
-            grad_gnorm=grad_norm(grads),
+            grad_gnorm=optax.tree.norm(grads),
             td_error=td,
         )
         return state._replace(params=params, opt_state=opt_state, num_updates=state.num_updates + 1), info
