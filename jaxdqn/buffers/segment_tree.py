@@ -148,9 +148,9 @@ def find_prefix_sum(trees: Array, mass: Array, *, capacity: int) -> tuple[Array,
     level's cheap elementwise producers (the random draw of ``mass`` included) into every later
     level's kernels, so the descent recomputed all levels above it at each level (measured on
     the CPU, plan replay step with batch 128 and a 10k buffer: prioritized cost ~135 us more
-    than uniform unrolled, ~36 us rolled). The loop reads the trees
-    in place (the gather indexes the ``[2, M]`` array itself: slicing the sum row outside the
-    loop would materialize a copy of it on every call).
+    than uniform unrolled, ~36 us rolled). The loop reads the trees in place (the gather
+    indexes the ``[2, M]`` array itself: slicing the sum row outside the loop would materialize
+    a copy of it on every call).
     """
     levels = layout(capacity)
     node = jnp.zeros(mass.shape, jnp.int32)
