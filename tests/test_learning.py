@@ -18,11 +18,7 @@ from jaxdqn.plan import make_plan, make_train
 
 pytestmark = pytest.mark.slow
 DATA = pathlib.Path(__file__).parent / "data" / "rllib"
-SIMPLE_Q_SHORT = pytest.mark.xfail(
-    strict=False, reason="not met yet: SimpleQ's 1-step targets reach 400 on 3 of 10 seeds (median ~350) on "
-    "CartPole-v1 in 100k steps with the best config found (see README, Learning results); the threshold stays "
-    "the target")
-CASES = [("dqn", "CartPole-v1", 475.0), pytest.param("simple_q", "CartPole-v1", 400.0, marks=SIMPLE_Q_SHORT),
+CASES = [("dqn", "CartPole-v1", 475.0), ("simple_q", "CartPole-v1", 400.0),
          ("dqn", "Acrobot-v1", -100.0)]
 
 
