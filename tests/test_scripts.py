@@ -16,3 +16,14 @@ def test_bench_buffers_runs_and_prints_its_table():
     rows = [line for line in out.splitlines() if line.startswith("| uniform") or line.startswith("| prioritized")]
     assert [r.split("|")[1].strip() for r in rows] == ["uniform", "prioritized"], out
     assert all(float(r.split("|")[3]) > 0 for r in rows), out  # microseconds per iteration
+
+
+def test_bench_ratios_runs_and_prints_its_ratios():
+    out = subprocess.run(
+        [sys.executable, "scripts/bench_ratios.py", "--timesteps", "12000", "--rounds", "1",
+         "--seed-timesteps", "11000", "--seed-rounds", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=True,
+    ).stdout
+    lines = {line.split(":")[0]: line for line in out.splitlines() if "median" in line}
+    assert set(lines) == {"jaxdqn / floor", "prioritized / uniform", "8 seeds / (8 x one seed)"}, out
+    assert all(float(line.split("median ")[1].rstrip(")")) > 0 for line in lines.values()), out
