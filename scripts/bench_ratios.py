@@ -12,21 +12,18 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_train import compile_it, make_floor, purejaxrl_config  # noqa: E402
+from bench_train import compile_it, make_floor, purejaxrl_config, stacked_seeds, timed  # noqa: E402
 
 from jaxdqn.plan import make_train  # noqa: E402
 
 
-def timed(fn, key) -> float:
-    start = time.perf_counter()
-    jax.block_until_ready(fn(key))
-    return time.perf_counter() - start
+def seconds(fn, key) -> float:
+    return timed(fn, key)[0]
 
 
 def main() -> None:
@@ -43,20 +40,20 @@ def main() -> None:
     vs_floor, per_vs_uniform = [], []
     for i in range(args.rounds):
         key = jax.random.key(i)
-        t_floor, t_uniform, t_per = timed(floor, key), timed(uniform, key), timed(prioritized, key)
+        t_floor, t_uniform, t_per = seconds(floor, key), seconds(uniform, key), seconds(prioritized, key)
         vs_floor.append(t_uniform / t_floor)
         per_vs_uniform.append(t_per / t_uniform)
         print(f"round {i}: floor {t_floor:.2f} s, jaxdqn {t_uniform:.2f} s, prioritized {t_per:.2f} s", flush=True)
 
     train = make_train(purejaxrl_config(args.seed_timesteps))
     one = compile_it(train)[1]
-    eight = compile_it(lambda key: jax.vmap(train)(jax.random.split(key, 8)))[1]
+    eight = compile_it(stacked_seeds(train, 8))[1]
     seeds = []
     for i in range(args.seed_rounds):
         key = jax.random.key(i)
-        before = timed(one, key)
-        t_eight = timed(eight, key)
-        t_one = (before + timed(one, jax.random.fold_in(key, 1))) / 2  # one seed, around the 8-seed run
+        before = seconds(one, key)
+        t_eight = seconds(eight, key)
+        t_one = (before + seconds(one, jax.random.fold_in(key, 1))) / 2  # one seed, around the 8-seed run
         seeds.append(t_eight / (8 * t_one))
         print(f"seed round {i}: one seed {t_one:.2f} s, 8 seeds {t_eight:.2f} s", flush=True)
 

@@ -155,6 +155,18 @@ def compile_it(fn: Callable[[jax.Array], Any]) -> tuple[float, Callable[[jax.Arr
     return time.perf_counter() - start, compiled
 
 
+def timed(fn: Callable[[jax.Array], Any], key: jax.Array) -> tuple[float, Any]:
+    """(wall seconds of one call, its output), waiting for the device."""
+    start = time.perf_counter()
+    out = jax.block_until_ready(fn(key))
+    return time.perf_counter() - start, out
+
+
+def stacked_seeds(train: Callable[[jax.Array], Any], seeds: int) -> Callable[[jax.Array], Any]:
+    """``train`` over ``seeds`` independent seeds in one program (``jax.vmap``)."""
+    return lambda key: jax.vmap(train)(jax.random.split(key, seeds))
+
+
 def time_runs(compiled: dict[str, Callable[[jax.Array], Any]], runs: dict[str, int]
               ) -> tuple[dict[str, list[float]], dict[str, Any]]:
     """Wall times of ``runs[name]`` runs of each compiled row, taken round robin (one run of
@@ -165,9 +177,8 @@ def time_runs(compiled: dict[str, Callable[[jax.Array], Any]], runs: dict[str, i
     for i in range(max(runs.values())):
         for name, fn in compiled.items():
             if i < runs[name]:
-                start = time.perf_counter()
-                outputs[name] = jax.block_until_ready(fn(jax.random.key(i)))
-                times[name].append(time.perf_counter() - start)
+                seconds, outputs[name] = timed(fn, jax.random.key(i))
+                times[name].append(seconds)
     return times, outputs
 
 
@@ -189,7 +200,7 @@ def main() -> None:
         "jaxdqn": (train, 1, jaxdqn_return),
         "jaxdqn PER": (make_train(purejaxrl_config(steps, prioritized=True)), 1, jaxdqn_return),
         # The stacked-seed row does 8x the work: one run of it is as long as 8 of the others.
-        "jaxdqn x8 seeds": (lambda key: jax.vmap(train)(jax.random.split(key, 8)), 8, jaxdqn_return),
+        "jaxdqn x8 seeds": (stacked_seeds(train, 8), 8, jaxdqn_return),
     }
     if not args.no_rejax:
         specs["rejax"] = (make_rejax(steps), 1, lambda out: float(np.mean(np.asarray(out[1][1]))))
