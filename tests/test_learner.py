@@ -69,7 +69,13 @@ def test_probe_mdp_converges_to_the_analytic_q(config):
 
 
 def test_gradients_are_averaged_across_4_devices():
-    assert jax.device_count() == 4, "conftest forces 4 CPU devices"
+    cpus = jax.devices("cpu")
+    assert len(cpus) == 4, "conftest forces 4 CPU devices"
+    with jax.default_device(cpus[0]):  # the single-device reference too (a GPU would use TF32)
+        check_gradients_are_averaged(cpus)
+
+
+def check_gradients_are_averaged(devices):
     config = DQNConfig(model=ModelConfig(fcnet_hiddens=(16,)), hiddens=(16,), lr=1e-2, grad_clip=None)
     net = make_network(config, 3)
     opt = learner.make_optimizer(config)
@@ -85,7 +91,7 @@ def test_gradients_are_averaged_across_4_devices():
     multi = learner.make_train_step(config, net, opt, axis_name="d")
     shards = jax.tree_util.tree_map(lambda x: x.reshape((4, b // 4) + x.shape[1:]), sample)
     replicated = jax.tree_util.tree_map(lambda x: jnp.stack([x] * 4), state)
-    step = jax.pmap(lambda s, x: multi(s, x, env_steps=0, key=jax.random.key(2)), axis_name="d")
+    step = jax.pmap(lambda s, x: multi(s, x, env_steps=0, key=jax.random.key(2)), axis_name="d", devices=devices)
     many, infos = step(replicated, shards)
     for leaf_one, leaf_many in zip(jax.tree_util.tree_leaves(one.params), jax.tree_util.tree_leaves(many.params)):
         np.testing.assert_allclose(leaf_many[0], leaf_one, rtol=1e-5, atol=1e-6)

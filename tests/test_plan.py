@@ -177,4 +177,5 @@ def test_an_iteration_compiles_to_straight_line_code_without_rng_loops():
     config = SimpleQConfig(**{**TINY, "rollout_fragment_length": 1})
     assert make_schedule(config).stores == make_schedule(config).replays == 1
     assert count_while_loops(make_plan(config)) == 0
-    assert count_while_loops(make_plan(config, prng_impl=None)) > 0
+    if jax.default_backend() == "cpu":  # the contrast: threefry's loops are XLA:CPU's (a GPU unrolls them)
+        assert count_while_loops(make_plan(config, prng_impl=None)) > 0

@@ -11,6 +11,15 @@ from jaxdqn.buffers import segment_tree
 from jaxdqn.networks import make_network
 from jaxdqn.types import Sample, SequenceItem, Transition
 
+
+@pytest.fixture(autouse=True)
+def float32_matmuls():
+    """The references here are step-by-step float32 computations; on a GPU, JAX's default f32
+    matmuls run in TF32 (about 1e-4 relative), which would swamp the comparison."""
+    with jax.default_matmul_precision("float32"):
+        yield
+
+
 GAMMA = 0.9
 
 

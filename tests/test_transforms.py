@@ -1,5 +1,7 @@
 """Buffers under jit, vmap (a stack of independent buffers) and pmap (one shard per device)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -86,9 +88,11 @@ def test_vmapped_stack_of_8_buffers_behaves_as_8_independent_ones(kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_pmapped_buffer_over_4_cpu_devices(kind):
-    assert jax.device_count() >= 4, "conftest forces 4 CPU devices"
+    cpus = jax.devices("cpu")
+    assert len(cpus) >= 4, "conftest forces 4 CPU devices"
     buf = KINDS[kind]
-    state, samples, keys = stacked_run(buf, 4, jax.pmap)
+    with jax.default_device(cpus[0]):  # also where a GPU is the default backend
+        state, samples, keys = stacked_run(buf, 4, functools.partial(jax.pmap, devices=cpus[:4]))
     shards = jax.tree_util.tree_leaves(state)[0].sharding
     assert len(shards.device_set) == 4
     assert_replicas_are_independent(buf, 4, jax.device_get(state), jax.device_get(samples), keys)

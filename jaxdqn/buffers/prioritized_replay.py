@@ -9,8 +9,11 @@ independent (with replacement), as in RLlib.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from jaxdqn.buffers import segment_tree, uniform_replay
 from jaxdqn.types import PrioritizedState, PyTree, ReplayBuffer, Sample
@@ -50,6 +53,25 @@ def add(state: PrioritizedState, items: PyTree) -> PrioritizedState:
     )
 
 
+def draw(trees: Array, mass: Array, beta: Array, *, capacity: int, on_cpu: bool) -> tuple[Array, Array]:
+    """``(indices [B], weights [B])`` of the leaves holding ``mass`` ``[B]``.
+
+    Two compilations of the same arithmetic (bitwise the same results), picked per platform
+    when the program is lowered (``lax.platform_dependent``). On the CPU: the levels as a
+    rolled loop and the result fenced (``segment_tree.fence``), which keeps XLA:CPU from fusing
+    tree reads past the next priority write and copying the trees. On a GPU those two loops
+    cost a kernel launch and a host round trip per trip, and the unrolled, unfenced descent
+    updates the trees in place there: measured on an H200 (``add`` 10 + ``sample`` 128 +
+    ``update`` 128), 56 us per iteration at capacity 1M and 47 us at 10k, against 115 and 152 us
+    with the CPU's form. (On the CPU the GPU's form copies the trees: 418 against 74 us at 1M.)
+    """
+    indices, priorities = segment_tree.find_prefix_sum(trees, mass, capacity=capacity, unroll=not on_cpu)
+    weights = (segment_tree.minimum(trees) / priorities) ** beta
+    if on_cpu:
+        indices, weights = segment_tree.fence((indices, weights))  # see there: no tree copies
+    return indices, weights
+
+
 def sample(state: PrioritizedState, key: Array, *, batch_size: int, beta: float | Array) -> Sample:
     """``batch_size`` items drawn with probability ``p_i / sum(p)``, with importance weights.
 
@@ -60,9 +82,12 @@ def sample(state: PrioritizedState, key: Array, *, batch_size: int, beta: float 
     if isinstance(beta, (int, float)) and not beta >= 0:
         raise ValueError(f"beta must be >= 0 (0: no importance correction), got {beta!r}")
     mass = jax.random.uniform(key, (batch_size,), jnp.float32) * segment_tree.total(state.trees)
-    indices, priorities = segment_tree.find_prefix_sum(state.trees, mass, capacity=capacity)  # [B], [B]
-    weights = (segment_tree.minimum(state.trees) / priorities) ** jnp.asarray(beta, jnp.float32)
-    indices, weights = segment_tree.fence((indices, weights))  # see there: no tree copies
+    beta = jnp.asarray(beta, jnp.float32)
+    indices, weights = lax.platform_dependent(
+        state.trees, mass, beta,
+        cpu=functools.partial(draw, capacity=capacity, on_cpu=True),
+        default=functools.partial(draw, capacity=capacity, on_cpu=False),
+    )
     return Sample(
         items=uniform_replay.gather(state.storage.storage, indices), indices=indices, weights=weights
     )

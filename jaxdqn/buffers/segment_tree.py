@@ -133,7 +133,7 @@ def set_leaves(trees: Array, slots: Array, values: Array, *, capacity: int) -> A
     return trees
 
 
-def find_prefix_sum(trees: Array, mass: Array, *, capacity: int) -> tuple[Array, Array]:
+def find_prefix_sum(trees: Array, mass: Array, *, capacity: int, unroll: bool = False) -> tuple[Array, Array]:
     """The leaf ``j`` with ``sum(p[:j]) <= mass < sum(p[:j+1])`` for each ``mass`` ``[B]``.
 
     Returns ``(leaf [B] int32, p[leaf] [B])``. Within a block of children the descent takes the
@@ -150,7 +150,9 @@ def find_prefix_sum(trees: Array, mass: Array, *, capacity: int) -> tuple[Array,
     the CPU, plan replay step with batch 128 and a 10k buffer: prioritized cost ~135 us more
     than uniform unrolled, ~36 us rolled). The loop reads the trees in place (the gather
     indexes the ``[2, M]`` array itself: slicing the sum row outside the loop would materialize
-    a copy of it on every call).
+    a copy of it on every call). ``unroll=True`` unrolls the levels: the better choice on a GPU,
+    where each trip of a loop costs a kernel launch and a host round trip (see
+    ``prioritized_replay.sample``).
     """
     levels = layout(capacity)
     node = jnp.zeros(mass.shape, jnp.int32)
@@ -169,7 +171,7 @@ def find_prefix_sum(trees: Array, mass: Array, *, capacity: int) -> tuple[Array,
             below = functools.reduce(jnp.maximum, [jnp.where(p, r, 0) for p, r in zip(passed, running)])
             return node * FANOUT + jnp.minimum(child, FANOUT - 1), mass - below
 
-        node, _ = lax.fori_loop(0, len(levels) - 1, descend, (node, mass))
+        node, _ = lax.fori_loop(0, len(levels) - 1, descend, (node, mass), unroll=unroll)
     # The leaf's priority, read once after the descent (carrying it through the loop would cost
     # a kernel per level).
     value = trees[SUM, levels[-1].offset + node]

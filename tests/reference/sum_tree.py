@@ -27,20 +27,26 @@ def reference_layout(capacity: int, fanout: int = 16) -> list[tuple[int, int]]:
     return levels
 
 
+# Leaves hold priorities (|td| + eps) ** alpha: XLA's float32 pow is not correctly rounded and
+# differs from numpy's by an ulp on some backends (seen on an H200 GPU); the tree arithmetic
+# above the leaves is checked exactly.
+LEAF_ULPS = 2
+
+
 def check_valid(trees: np.ndarray, leaves: np.ndarray, capacity: int, fanout: int = 16) -> None:
-    """The leaves equal ``leaves`` (unwritten: 0 / +inf) and every parent is *exactly* the
-    left-to-right float32 sum (row 0) or the min (row 1) of its children: the trees are
-    recomputed from children, never updated by deltas, so nothing drifts."""
+    """The leaves equal ``leaves`` (unwritten: 0 / +inf) within ``LEAF_ULPS`` and every parent
+    is *exactly* the left-to-right float32 sum (row 0) or the min (row 1) of its children: the
+    trees are recomputed from children, never updated by deltas, so nothing drifts."""
     trees = np.asarray(trees)
     levels = reference_layout(capacity, fanout)
     assert trees.shape == (2, levels[-1][0] + levels[-1][1])
     offset, size = levels[-1]
     expected = np.zeros(size, np.float32)
     expected[: len(leaves)] = leaves
-    np.testing.assert_array_equal(trees[0, offset : offset + size], expected)
-    np.testing.assert_array_equal(
-        trees[1, offset : offset + size], np.where(expected > 0, expected, np.inf).astype(np.float32)
-    )
+    sums = trees[0, offset : offset + size]
+    np.testing.assert_array_max_ulp(sums, expected, maxulp=LEAF_ULPS)
+    np.testing.assert_array_equal(sums > 0, expected > 0)
+    np.testing.assert_array_equal(trees[1, offset : offset + size], np.where(sums > 0, sums, np.inf))
     for (p_off, p_size), (c_off, c_size) in zip(levels[:-1], levels[1:]):
         children = trees[:, c_off : c_off + c_size].reshape(2, -1, fanout)
         n = children.shape[1]
