@@ -138,14 +138,23 @@ def replayed_steps(config: DQNConfig) -> int:
     return config.train_batch_size * config.sequence_length
 
 
-def repeat(step: Callable[[Any, None], tuple[Any, None]], state: Any, times: int) -> Any:
+def repeat(step: Callable[[Any, Any], tuple[Any, None]], state: Any, times: int,
+           last: bool | Array | None = None) -> Any:
     """``step`` applied ``times`` times: a ``lax.scan``, or a plain call for one (a one-trip
-    loop still costs a while loop with its carry copies on every iteration of the outer scan)."""
+    loop still costs a while loop with its carry copies on every iteration of the outer scan).
+
+    ``step(state, x)``: ``x`` is None when ``last`` is None; else a bool, ``last`` on the final
+    application and False before it (what ``stats_due`` needs: only the last step reports).
+    """
     if times == 0:
         return state
+    if last is None:
+        return step(state, None)[0] if times == 1 else lax.scan(step, state, None, length=times)[0]
+    last = jnp.asarray(last, bool)
     if times == 1:
-        return step(state, None)[0]
-    return lax.scan(step, state, None, length=times)[0]
+        return step(state, last)[0]
+    flags = jnp.zeros((times,), bool).at[-1].set(last)
+    return lax.scan(step, state, flags)[0]
 
 
 def ring_size(num_replicas: int) -> int:
@@ -310,7 +319,9 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         metrics = metrics._replace(num_steps_sampled=metrics.num_steps_sampled + schedule.steps_per_store)
         return state._replace(buffer=buf.add(state.buffer, items), actor=actor, metrics=metrics, key=key), None
 
-    def replay(state: TrainState, _=None) -> tuple[TrainState, None]:
+    def replay(state: TrainState, stats_due: Array | None = None) -> tuple[TrainState, None]:
+        """One replay step; the learner statistics in ``metrics.learner`` are this step's unless
+        ``stats_due`` (a traced bool) is False, when they stay those of an earlier step."""
         key, sample_key, train_key = jax.random.split(state.key, 3)
         sampled = state.metrics.num_steps_sampled
         beta = exploration.piecewise_linear(beta_points, sampled)
@@ -318,7 +329,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         if before_learn_on_batch is not None:
             key, hook_key = jax.random.split(key)
             sample = before_learn_on_batch(sample, hook_key)
-        learner_state, info = train_step(state.learner, sample, env_steps=sampled, key=train_key)
+        learner_state, info = train_step(state.learner, sample, env_steps=sampled, key=train_key,
+                                         stats_due=stats_due, last_info=state.metrics.learner)
         buffer = buf.update(state.buffer, sample.indices, info.td_error)
         learner_state, synced = learner.sync_target(
             learner_state, sampled, target_network_update_freq=config.target_network_update_freq, tau=config.tau)
@@ -331,9 +343,11 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         )
         return state._replace(learner=learner_state, buffer=buffer, metrics=metrics, key=key), None
 
-    def iteration(state: TrainState, _=None) -> tuple[TrainState, None]:
+    def iteration(state: TrainState, stats_due: Array | None = None) -> tuple[TrainState, None]:
+        """``schedule.stores`` stores, then ``schedule.replays`` replays; only the last replay
+        computes learner statistics when ``stats_due`` is False (see ``chunk``)."""
         state = repeat(store, state, schedule.stores)
-        return repeat(replay, state, schedule.replays), None
+        return repeat(replay, state, schedule.replays, last=stats_due), None
 
     def init(key: Array) -> TrainState:
         """Fresh learner, empty buffer, primed actor, then the warm-up stores."""
@@ -380,7 +394,9 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
     def chunk(state: TrainState) -> tuple[TrainState, dict[str, Array]]:
         """About ``timesteps_per_iteration`` env steps (whole iterations) and their report."""
         before = state.metrics.episodes_total
-        state = repeat(iteration, state, schedule.iterations_per_chunk)
+        # The report shows the learner statistics of the chunk's last SGD step (RLlib's); the
+        # other steps skip computing them.
+        state = repeat(iteration, state, schedule.iterations_per_chunk, last=True)
         return state, report(state, before)
 
     chunks = count_chunks(config, schedule)

@@ -179,3 +179,30 @@ def test_an_iteration_compiles_to_straight_line_code_without_rng_loops():
     assert count_while_loops(make_plan(config)) == 0
     if jax.default_backend() == "cpu":  # the contrast: threefry's loops are XLA:CPU's (a GPU unrolls them)
         assert count_while_loops(make_plan(config, prng_impl=None)) > 0
+
+
+@pytest.mark.parametrize("training_intensity", [None, 12.0])  # one and several replays per iteration
+def test_a_chunk_reports_the_statistics_of_its_last_sgd_step(training_intensity):
+    """Inside a chunk only the last replay computes the learner statistics (``stats_due``); the
+    state and the reported statistics must equal those of iterations that compute them at every
+    step (``plan.iteration(state)`` called on its own)."""
+    config = DQNConfig(**{**TINY, "training_intensity": training_intensity, "n_step": 2})
+    plan = make_plan(config)
+    assert plan.schedule.iterations_per_chunk > 1
+    state = jax.jit(plan.init)(jax.random.key(3))
+    fast, report = jax.jit(plan.chunk)(state)
+    slow = state
+    step = jax.jit(plan.iteration)
+    for _ in range(plan.schedule.iterations_per_chunk):
+        slow = step(slow)[0]
+    stats = slow.metrics.learner
+    assert float(stats.mean_q) != 0.0 and float(stats.grad_gnorm) > 0.0
+    for name in ("loss", "mean_q", "min_q", "max_q", "mean_td_error", "cur_lr", "grad_gnorm"):
+        # rtol: with grad_clip, XLA may share or not the clip's norm with the statistic's (1 ulp)
+        np.testing.assert_allclose(report[name], getattr(stats, name), rtol=1e-6, err_msg=name)
+    fast = fast._replace(metrics=fast.metrics._replace(learner=None))
+    slow = slow._replace(metrics=slow.metrics._replace(learner=None))
+    for a, b in zip(jax.tree_util.tree_leaves(fast), jax.tree_util.tree_leaves(slow)):
+        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            a, b = jax.random.key_data(a), jax.random.key_data(b)
+        np.testing.assert_array_equal(a, b)
