@@ -196,7 +196,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
         metrics = metrics._replace(num_steps_sampled=metrics.num_steps_sampled + schedule.steps_per_store)
         return state._replace(buffer=buffer, actor=actor._replace(pending=pending), metrics=metrics, key=key), None
 
-    def replay(state: plan.TrainState, _=None) -> tuple[plan.TrainState, None]:
+    def replay(state: plan.TrainState, stats_due: Array | None = None) -> tuple[plan.TrainState, None]:
+        """One replay step of every trainable policy; ``stats_due`` as in ``plan.make_plan``."""
         key, lockstep_key, *policy_keys = jax.random.split(state.key, 2 + len(trainable))
         sampled = state.metrics.num_steps_sampled
         beta = exploration.piecewise_linear(beta_points, sampled)
@@ -216,7 +217,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
                 sample = buf.sample(buffer[pid], sample_key, batch_size, beta)
             if before_learn_on_batch is not None:
                 sample = before_learn_on_batch(sample, hook_key)
-            learners[pid], info = train_steps[pid](learners[pid], sample, env_steps=sampled, key=train_key)
+            learners[pid], info = train_steps[pid](learners[pid], sample, env_steps=sampled, key=train_key,
+                                                   stats_due=stats_due, last_info=infos[pid])
             if not lockstep:
                 buffer[pid] = buf.update(buffer[pid], sample.indices, info.td_error)
             learners[pid], synced = learner.sync_target(
@@ -233,9 +235,9 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
         )
         return state._replace(learner=learners, buffer=buffer, metrics=metrics, key=key), None
 
-    def iteration(state: plan.TrainState, _=None) -> tuple[plan.TrainState, None]:
+    def iteration(state: plan.TrainState, stats_due: Array | None = None) -> tuple[plan.TrainState, None]:
         state = plan.repeat(store, state, schedule.stores)
-        return plan.repeat(replay, state, schedule.replays), None
+        return plan.repeat(replay, state, schedule.replays, last=stats_due), None
 
     def init(key: Array) -> plan.TrainState:
         """Fresh learners, empty buffers, primed actors, then the warm-up stores."""
@@ -294,7 +296,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
 
     def chunk(state: plan.TrainState) -> tuple[plan.TrainState, dict[str, Array]]:
         before = state.metrics.episodes_total
-        state = plan.repeat(iteration, state, schedule.iterations_per_chunk)
+        # Learner statistics of the chunk's last SGD step only (see plan.make_plan's chunk).
+        state = plan.repeat(iteration, state, schedule.iterations_per_chunk, last=True)
         return state, report(state, before)
 
     chunks = plan.count_chunks(config, schedule)

@@ -177,3 +177,24 @@ def test_trainer_reports_rllib_multiagent_results_and_round_trips(tmp_path):
     with pytest.raises(ValueError, match="policy_id"):
         trainer.compute_single_action(obs, policy_id="p7")
     assert np.isfinite(trainer.evaluate()["evaluation"]["episode_reward_mean"])
+
+
+def test_a_chunk_reports_every_policys_statistics_of_its_last_sgd_step():
+    """As for one agent (tests/test_plan.py): only the chunk's last replay computes the learner
+    statistics; state and per-policy statistics equal those of step-by-step iterations."""
+    plan = multiagent.make_plan(tagged_config())
+    assert plan.schedule.iterations_per_chunk > 1
+    state = jax.jit(plan.init)(jax.random.key(1))
+    fast, report = jax.jit(plan.chunk)(state)
+    slow = state
+    for _ in range(plan.schedule.iterations_per_chunk):
+        slow = jax.jit(plan.iteration)(slow)[0]
+    for pid in ("p0", "p1"):
+        stats = slow.metrics.learner[pid]
+        assert float(stats.grad_gnorm) > 0.0
+        for name in ("loss", "mean_q", "min_q", "max_q", "mean_td_error", "cur_lr", "grad_gnorm"):
+            np.testing.assert_allclose(report[f"learner/{pid}/{name}"], getattr(stats, name), rtol=1e-6,
+                                       err_msg=f"{pid} {name}")
+    strip = lambda s: s._replace(metrics=s.metrics._replace(learner=None), key=jax.random.key_data(s.key))  # noqa: E731
+    for a, b in zip(jax.tree_util.tree_leaves(strip(fast)), jax.tree_util.tree_leaves(strip(slow))):
+        np.testing.assert_array_equal(a, b)
