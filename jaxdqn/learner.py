@@ -262,6 +262,8 @@ def make_train_step(
         params = optax.apply_updates(state.params, updates)
         if stats_due is None:
             info = statistics(loss, td, q_selected, grads, lr)
+        elif last_info is None:
+            raise ValueError("train_step(stats_due=...) needs last_info, the statistics to keep when not due")
         else:
             keep = lambda loss, td, q_selected, grads, lr: last_info._replace(td_error=td)  # noqa: E731
             info = lax.cond(stats_due, statistics, keep, loss, td, q_selected, grads, lr)

@@ -200,9 +200,13 @@ def test_a_chunk_reports_the_statistics_of_its_last_sgd_step(training_intensity)
     for name in ("loss", "mean_q", "min_q", "max_q", "mean_td_error", "cur_lr", "grad_gnorm"):
         # rtol: with grad_clip, XLA may share or not the clip's norm with the statistic's (1 ulp)
         np.testing.assert_allclose(report[name], getattr(stats, name), rtol=1e-6, err_msg=name)
-    fast = fast._replace(metrics=fast.metrics._replace(learner=None))
-    slow = slow._replace(metrics=slow.metrics._replace(learner=None))
-    for a, b in zip(jax.tree_util.tree_leaves(fast), jax.tree_util.tree_leaves(slow)):
-        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
-            a, b = jax.random.key_data(a), jax.random.key_data(b)
-        np.testing.assert_array_equal(a, b)
+    assert_equal_but_learner_stats(fast, slow)
+
+
+def assert_equal_but_learner_stats(a, b):
+    """Two ``TrainState``s equal bit for bit, except their ``metrics.learner`` statistics."""
+    a, b = (s._replace(metrics=s.metrics._replace(learner=None)) for s in (a, b))
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        np.testing.assert_array_equal(x, y)
