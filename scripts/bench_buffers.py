@@ -55,8 +55,11 @@ class Contender(NamedTuple):
     iteration: Callable  # (state, key, step) -> (state, scalar)
 
 
-def jaxdqn_contender(kind: str, capacity: int) -> Contender:
-    buf = buffers.uniform(capacity) if kind == "uniform" else buffers.prioritized(capacity, alpha=0.6)
+def jaxdqn_contender(kind: str, capacity: int, cpu_kernels: bool = True) -> Contender:
+    if kind == "uniform":
+        buf = buffers.uniform(capacity)
+    else:
+        buf = buffers.prioritized(capacity, alpha=0.6, cpu_kernels=cpu_kernels)
     example = jax.tree_util.tree_map(lambda x: x[0], transitions(jnp.int32(0), 1))
 
     def iteration(state, key, step):
@@ -177,19 +180,30 @@ def main() -> None:
     header = f"| buffer | capacity | jaxdqn us/iter | compile s | flashbax us/iter | compile s | flashbax / jaxdqn |"
     print(header)
     print("|---|---|---|---|---|---|---|")
+    # On the CPU the prioritized buffer runs its tree as fused kernels when they are built
+    # (jaxdqn.buffers.tree_kernels); its XLA program is timed beside it, in the same rounds.
+    kernels = jax.devices()[0].platform == "cpu" and buffers.tree_kernels.available()
+    if jax.devices()[0].platform == "cpu" and not kernels:
+        print("the fused tree kernels are not built (no C++ compiler at install?): XLA program only\n")
     for kind in ("uniform", "prioritized"):
         for capacity in args.capacities:
             contenders = {"jaxdqn": jaxdqn_contender(kind, capacity)}
+            if kind == "prioritized" and kernels:
+                contenders["jaxdqn, XLA program"] = jaxdqn_contender(kind, capacity, cpu_kernels=False)
             if with_flashbax:
                 contenders["flashbax"] = flashbax_contender(kind, capacity)
             result = measure(contenders, capacity, args.iters, args.runs, args.prng)
-            ours, ours_c = result["jaxdqn"]
-            if with_flashbax:
-                theirs, theirs_c = result["flashbax"]
-                row = f"{theirs:.1f} | {theirs_c:.2f} | {theirs / ours:.2f}x"
-            else:
-                row = "- | - | -"
-            print(f"| {kind} | {capacity:,} | {ours:.1f} | {ours_c:.2f} | {row} |", flush=True)
+            for name, label in (("jaxdqn", kind + (" (fused kernels)" if kind == "prioritized" and kernels else "")),
+                                ("jaxdqn, XLA program", kind + " (XLA program)")):
+                if name not in result:
+                    continue
+                ours, ours_c = result[name]
+                if with_flashbax:
+                    theirs, theirs_c = result["flashbax"]
+                    row = f"{theirs:.1f} | {theirs_c:.2f} | {theirs / ours:.2f}x"
+                else:
+                    row = "- | - | -"
+                print(f"| {label} | {capacity:,} | {ours:.1f} | {ours_c:.2f} | {row} |", flush=True)
 
 
 if __name__ == "__main__":

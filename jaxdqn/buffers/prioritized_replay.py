@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxdqn.buffers import segment_tree, uniform_replay
+from jaxdqn.buffers import segment_tree, tree_kernels, uniform_replay
 from jaxdqn.types import PrioritizedState, PyTree, ReplayBuffer, Sample
 
 Array = jax.Array
@@ -38,13 +38,38 @@ def init(example_item: PyTree, *, capacity: int) -> PrioritizedState:
     )
 
 
-def add(state: PrioritizedState, items: PyTree) -> PrioritizedState:
+def use_kernels(cpu_kernels: bool) -> bool:
+    """Whether the CPU program uses the fused kernels (asked for, and built: ``tree_kernels``)."""
+    return cpu_kernels and tree_kernels.available()
+
+
+def set_leaves(trees: Array, slots: Array, values: Array, *, capacity: int, cpu_kernels: bool) -> Array:
+    """Write ``values`` ``[K]`` at leaf ``slots`` ``[K]`` (a slot named twice keeps its last value).
+
+    On the CPU with the kernels built: one fused call. Elsewhere: ``segment_tree``'s program
+    (sorted first, see ``last_write_wins``). Bitwise the same trees either way.
+    """
+
+    def with_xla(trees, slots, values):
+        slots, values = segment_tree.last_write_wins(slots, values, capacity=capacity)
+        return segment_tree.set_leaves(trees, slots, values, capacity=capacity)
+
+    if not use_kernels(cpu_kernels):
+        return with_xla(trees, slots, values)
+    return lax.platform_dependent(
+        trees, slots, values,
+        cpu=functools.partial(tree_kernels.set_leaves, capacity=capacity),
+        default=with_xla,
+    )
+
+
+def add(state: PrioritizedState, items: PyTree, *, cpu_kernels: bool = True) -> PrioritizedState:
     """Write ``K`` items (leaves ``[K, ...]``) at the max priority seen so far."""
     k = uniform_replay.check_items(state.storage.storage, items)
     slots = uniform_replay.write_slots(state.storage, k)
     capacity = uniform_replay.capacity_of(state.storage)
-    trees = segment_tree.set_leaves(
-        state.trees, slots, jnp.full((k,), state.max_priority), capacity=capacity
+    trees = set_leaves(
+        state.trees, slots, jnp.full((k,), state.max_priority), capacity=capacity, cpu_kernels=cpu_kernels
     )
     return PrioritizedState(
         storage=uniform_replay.add(state.storage, items),
@@ -72,10 +97,22 @@ def draw(trees: Array, mass: Array, beta: Array, *, capacity: int, on_cpu: bool)
     return indices, weights
 
 
-def sample(state: PrioritizedState, key: Array, *, batch_size: int, beta: float | Array) -> Sample:
+def draw_with_kernel(trees: Array, mass: Array, beta: Array, *, capacity: int) -> tuple[Array, Array]:
+    """``draw``'s result from the fused CPU kernel (``tree_kernels.draw``), bitwise the same.
+
+    No fence is needed: a custom call is never fused into (re-computed by) its consumers.
+    """
+    indices, priorities, smallest = tree_kernels.draw(trees, mass, capacity=capacity)
+    return indices, (smallest / priorities) ** beta
+
+
+def sample(
+    state: PrioritizedState, key: Array, *, batch_size: int, beta: float | Array, cpu_kernels: bool = True
+) -> Sample:
     """``batch_size`` items drawn with probability ``p_i / sum(p)``, with importance weights.
 
     ``beta`` may be traced (it is annealed). Precondition: at least one item was added.
+    ``cpu_kernels=False`` keeps the CPU on the XLA program even where the kernels are built.
     """
     capacity = uniform_replay.capacity_of(state.storage)
     uniform_replay.check_batch_size(batch_size, capacity)
@@ -85,7 +122,9 @@ def sample(state: PrioritizedState, key: Array, *, batch_size: int, beta: float 
     beta = jnp.asarray(beta, jnp.float32)
     indices, weights = lax.platform_dependent(
         state.trees, mass, beta,
-        cpu=functools.partial(draw, capacity=capacity, on_cpu=True),
+        cpu=functools.partial(draw_with_kernel, capacity=capacity)
+        if use_kernels(cpu_kernels)
+        else functools.partial(draw, capacity=capacity, on_cpu=True),
         default=functools.partial(draw, capacity=capacity, on_cpu=False),
     )
     return Sample(
@@ -99,7 +138,13 @@ def priorities_from_td(td_errors: Array, *, alpha: float, eps: float) -> Array:
 
 
 def update(
-    state: PrioritizedState, indices: Array, td_errors: Array, *, alpha: float, eps: float
+    state: PrioritizedState,
+    indices: Array,
+    td_errors: Array,
+    *,
+    alpha: float,
+    eps: float,
+    cpu_kernels: bool = True,
 ) -> PrioritizedState:
     """Set the priorities of ``indices`` ``[B]`` from ``td_errors`` ``[B]``.
 
@@ -113,8 +158,7 @@ def update(
     indices = indices.astype(jnp.int32)
     priorities = priorities_from_td(td_errors, alpha=alpha, eps=eps)
     capacity = uniform_replay.capacity_of(state.storage)
-    slots, values = segment_tree.last_write_wins(indices, priorities, capacity=capacity)
-    trees = segment_tree.set_leaves(state.trees, slots, values, capacity=capacity)
+    trees = set_leaves(state.trees, indices, priorities, capacity=capacity, cpu_kernels=cpu_kernels)
     return PrioritizedState(
         storage=state.storage,
         trees=trees,
@@ -123,20 +167,30 @@ def update(
     )
 
 
-def make_prioritized(capacity: int, alpha: float = 0.6, eps: float = 1e-6) -> ReplayBuffer:
-    """A proportional prioritized replay buffer (RLlib's ``PrioritizedReplayBuffer``)."""
+def make_prioritized(
+    capacity: int, alpha: float = 0.6, eps: float = 1e-6, *, cpu_kernels: bool = True
+) -> ReplayBuffer:
+    """A proportional prioritized replay buffer (RLlib's ``PrioritizedReplayBuffer``).
+
+    ``cpu_kernels``: on the CPU, run the tree's descent and writes as the fused kernels of
+    ``tree_kernels`` when they are built (bitwise the same results, several times faster at
+    large capacities); False keeps XLA's program (for comparisons).
+    """
     uniform_replay.check_capacity(capacity)
     check_priority_args(alpha, eps)
 
     def init_fn(example_item: PyTree) -> PrioritizedState:
         return init(example_item, capacity=capacity)
 
+    def add_fn(state: PrioritizedState, items: PyTree) -> PrioritizedState:
+        return add(state, items, cpu_kernels=cpu_kernels)
+
     def sample_fn(
         state: PrioritizedState, key: Array, batch_size: int, beta: float | Array = 0.4
     ) -> Sample:
-        return sample(state, key, batch_size=batch_size, beta=beta)
+        return sample(state, key, batch_size=batch_size, beta=beta, cpu_kernels=cpu_kernels)
 
     def update_fn(state: PrioritizedState, indices: Array, td_errors: Array) -> PrioritizedState:
-        return update(state, indices, td_errors, alpha=alpha, eps=eps)
+        return update(state, indices, td_errors, alpha=alpha, eps=eps, cpu_kernels=cpu_kernels)
 
-    return ReplayBuffer(init=init_fn, add=add, sample=sample_fn, update=update_fn)
+    return ReplayBuffer(init=init_fn, add=add_fn, sample=sample_fn, update=update_fn)

@@ -1,0 +1,255 @@
+// Fused CPU kernels for jaxdqn's 16-ary sum/min tree (jaxdqn/buffers/segment_tree.py).
+//
+// Why: in XLA:CPU a prioritized sample + update is some 40-70 small kernels per call, each
+// costing about a microsecond of dispatch, around a few hundred random cache-line reads. Here
+// the descent of all draws and the ancestor updates are plain loops over the same flat
+// layout, with exactly the same float32 arithmetic as the XLA program (left-to-right sums of
+// 16 children, the same clamp of the target mass), so both paths give bitwise-equal trees,
+// indices and priorities. Registered as XLA FFI handlers; called through jax.ffi.ffi_call.
+//
+// Layout: trees is [..., 2, M] float32 (row 0 sums, row 1 mins); leading axes are a batch of
+// independent trees (vmap). Levels root first, each padded to a multiple of 16 nodes; the
+// children of node i of a level are nodes 16 i .. 16 i + 15 of the next level.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int64_t kFanout = 16;
+
+struct Level {
+  int64_t offset;  // first node of the level in a row
+  int64_t nodes;   // real nodes
+};
+
+// The same levels as segment_tree.layout(capacity), root first.
+std::vector<Level> Layout(int64_t capacity) {
+  std::vector<int64_t> counts{capacity};
+  while (counts.back() > 1) counts.push_back((counts.back() + kFanout - 1) / kFanout);
+  std::vector<Level> levels;
+  int64_t offset = 0;
+  for (auto it = counts.rbegin(); it != counts.rend(); ++it) {
+    levels.push_back({offset, *it});
+    offset += (*it + kFanout - 1) / kFanout * kFanout;
+  }
+  return levels;
+}
+
+int64_t RowLength(const std::vector<Level>& levels) {
+  const Level& last = levels.back();
+  return last.offset + (last.nodes + kFanout - 1) / kFanout * kFanout;
+}
+
+// Product of all dimensions but the last `trailing` ones.
+template <typename B>
+int64_t BatchOf(const B& buffer, size_t trailing) {
+  auto dims = buffer.dimensions();
+  int64_t n = 1;
+  for (size_t i = 0; i + trailing < dims.size(); ++i) n *= dims[i];
+  return n;
+}
+
+// nextafter(x, 0) for x >= 0 (and +inf -> FLT_MAX), branch-free so that it vectorizes.
+inline float TowardZero(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  bits -= (bits != 0 && bits < 0x7f800001u);  // zero stays zero, NaN stays NaN
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+// Draws or parents are handled in tiles of this many: each level first prefetches the tile's
+// blocks (their addresses are all known), then copies them into columns [16][kTile] and works
+// column by column, so the 15 dependent additions of a block overlap across the tile (the
+// same left-to-right order per block as XLA's program: bitwise the same sums).
+constexpr int64_t kTile = 64;
+
+// The tile loops are compiled twice on x86-64, for AVX2 and for the baseline, and the loader
+// picks one for the CPU it runs on (the package is built where it is installed, but a built
+// wheel may travel). Elementwise float ops: both give bitwise the same results.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TREE_KERNEL __attribute__((target_clones("avx2", "default")))
+#else
+#define TREE_KERNEL
+#endif
+
+// Descent: for each mass, the leaf j with sum(p[:j]) <= mass < sum(p[:j+1]) (see
+// segment_tree.find_prefix_sum for the clamp that keeps it on a positive leaf).
+TREE_KERNEL void DrawTile(const float* sums, int64_t row, const std::vector<Level>& levels,
+                          const float* mass, int64_t n,
+              int32_t* out_leaf, float* out_p) {
+  float cols[kFanout][kTile];
+  float remaining[kTile];
+  int32_t node[kTile];
+  for (int64_t i = 0; i < n; ++i) remaining[i] = mass[i], node[i] = 0;
+  for (size_t depth = 1; depth < levels.size(); ++depth) {
+    const float* level = sums + levels[depth].offset;
+    for (int64_t i = 0; i < n; ++i) __builtin_prefetch(level + int64_t{node[i]} * kFanout);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* block = level + int64_t{node[i]} * kFanout;
+      for (int j = 0; j < kFanout; ++j) cols[j][i] = block[j];
+    }
+    for (int j = 1; j < kFanout; ++j)
+      for (int64_t i = 0; i < n; ++i) cols[j][i] = cols[j - 1][i] + cols[j][i];
+    int32_t child[kTile];
+    float below[kTile];
+    for (int64_t i = 0; i < n; ++i) {
+      remaining[i] = std::min(remaining[i], TowardZero(cols[kFanout - 1][i]));
+      child[i] = 0;
+      below[i] = 0.0f;
+    }
+    for (int j = 0; j < kFanout; ++j)
+      for (int64_t i = 0; i < n; ++i) {
+        const bool passed = cols[j][i] <= remaining[i];
+        child[i] += passed;
+        below[i] = std::max(below[i], passed ? cols[j][i] : 0.0f);
+      }
+    for (int64_t i = 0; i < n; ++i) {
+      node[i] = node[i] * kFanout + std::min<int32_t>(child[i], kFanout - 1);
+      remaining[i] = remaining[i] - below[i];
+    }
+  }
+  const float* leaf_row = sums + levels.back().offset;
+  for (int64_t i = 0; i < n; ++i) __builtin_prefetch(leaf_row + node[i]);
+  // The priority update that follows a sample writes these leaves in both rows: start
+  // bringing the min row's lines too (the sum row's are in cache after the descent).
+  for (int64_t i = 0; i < n; ++i) __builtin_prefetch(leaf_row + row + node[i], 1);
+  for (int64_t i = 0; i < n; ++i) {
+    out_leaf[i] = node[i];
+    out_p[i] = leaf_row[node[i]];
+  }
+}
+
+ffi::Error DrawImpl(ffi::Buffer<ffi::F32> trees, ffi::Buffer<ffi::F32> mass, int64_t capacity,
+                    ffi::ResultBuffer<ffi::S32> leaves, ffi::ResultBuffer<ffi::F32> priorities,
+                    ffi::ResultBuffer<ffi::F32> minimum) {
+  const std::vector<Level> levels = Layout(capacity);
+  const int64_t row = RowLength(levels);
+  auto tdims = trees.dimensions();
+  if (tdims.size() < 2 || tdims[tdims.size() - 1] != row || tdims[tdims.size() - 2] != 2)
+    return ffi::Error::InvalidArgument("tree_draw: trees must be [..., 2, M] for this capacity");
+  const int64_t batch = BatchOf(trees, 2);
+  if (BatchOf(mass, 1) != batch)
+    return ffi::Error::InvalidArgument("tree_draw: trees and mass batch shapes differ");
+  const int64_t draws = mass.dimensions().back();
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* sums = trees.typed_data() + b * 2 * row;
+    for (int64_t start = 0; start < draws; start += kTile) {
+      const int64_t at = b * draws + start;
+      DrawTile(sums, row, levels, mass.typed_data() + at, std::min(kTile, draws - start),
+               leaves->typed_data() + at, priorities->typed_data() + at);
+    }
+    minimum->typed_data()[b] = sums[row];  // the min tree's root
+  }
+  return ffi::Error::Success();
+}
+
+// Recomputes parents[0:n] of one level from their children blocks, both rows.
+TREE_KERNEL void FixParents(float* sums, float* mins, int64_t child_offset, int64_t parent_offset,
+                            const int32_t* parents, int64_t n) {
+  float cols[kFanout][kTile];
+  float low[kFanout][kTile];
+  for (int64_t i = 0; i < n; ++i) {
+    __builtin_prefetch(sums + child_offset + int64_t{parents[i]} * kFanout);
+    __builtin_prefetch(mins + child_offset + int64_t{parents[i]} * kFanout);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float* block = sums + child_offset + int64_t{parents[i]} * kFanout;
+    const float* min_block = mins + child_offset + int64_t{parents[i]} * kFanout;
+    for (int j = 0; j < kFanout; ++j) cols[j][i] = block[j], low[j][i] = min_block[j];
+  }
+  for (int j = 1; j < kFanout; ++j)
+    for (int64_t i = 0; i < n; ++i) {
+      cols[j][i] = cols[j - 1][i] + cols[j][i];
+      low[j][i] = std::min(low[j - 1][i], low[j][i]);
+    }
+  for (int64_t i = 0; i < n; ++i) {
+    sums[parent_offset + parents[i]] = cols[kFanout - 1][i];
+    mins[parent_offset + parents[i]] = low[kFanout - 1][i];
+  }
+}
+
+// Writes values at leaf slots in order (a slot named twice keeps its last value), then
+// recomputes every ancestor of a touched leaf from its 16 children, level by level (a parent
+// named twice is recomputed twice, to the same values).
+ffi::Error SetImpl(ffi::Buffer<ffi::F32> trees_in, ffi::Buffer<ffi::S32> slots,
+                   ffi::Buffer<ffi::F32> values, int64_t capacity,
+                   ffi::ResultBuffer<ffi::F32> trees) {
+  const std::vector<Level> levels = Layout(capacity);
+  const int64_t row = RowLength(levels);
+  auto tdims = trees_in.dimensions();
+  if (tdims.size() < 2 || tdims[tdims.size() - 1] != row || tdims[tdims.size() - 2] != 2)
+    return ffi::Error::InvalidArgument("tree_set: trees must be [..., 2, M] for this capacity");
+  const int64_t batch = BatchOf(trees_in, 2);
+  if (BatchOf(slots, 1) != batch || BatchOf(values, 1) != batch)
+    return ffi::Error::InvalidArgument("tree_set: trees, slots and values batch shapes differ");
+  const int64_t k = slots.dimensions().back();
+  if (values.dimensions().back() != k)
+    return ffi::Error::InvalidArgument("tree_set: slots and values lengths differ");
+  for (int64_t i = 0; i < batch * k; ++i)
+    if (slots.typed_data()[i] < 0 || slots.typed_data()[i] >= capacity)
+      return ffi::Error::InvalidArgument("tree_set: a slot is outside [0, capacity)");
+  if (trees->typed_data() != trees_in.typed_data())  // not aliased: start from a copy
+    std::memcpy(trees->typed_data(), trees_in.typed_data(), trees_in.size_bytes());
+  std::vector<int32_t> nodes(k), all_nodes(k);
+  for (int64_t i = 0; i < k; ++i) all_nodes[i] = static_cast<int32_t>(i);
+  const int64_t leaf_offset = levels.back().offset;
+  for (int64_t b = 0; b < batch; ++b) {
+    float* sums = trees->typed_data() + b * 2 * row;
+    float* mins = sums + row;
+    const int32_t* s = slots.typed_data() + b * k;
+    const float* v = values.typed_data() + b * k;
+    for (int64_t i = 0; i < k; ++i) {
+      __builtin_prefetch(sums + leaf_offset + s[i], 1);
+      __builtin_prefetch(mins + leaf_offset + s[i], 1);
+    }
+    for (int64_t i = 0; i < k; ++i) {
+      sums[leaf_offset + s[i]] = v[i];
+      mins[leaf_offset + s[i]] = v[i];
+    }
+    for (int64_t i = 0; i < k; ++i) nodes[i] = s[i];
+    for (size_t depth = levels.size() - 1; depth > 0; --depth) {
+      const Level& parent_level = levels[depth - 1];
+      const int32_t* parents = nodes.data();
+      int64_t n = k;
+      if (parent_level.nodes <= k) {
+        // Fewer parents in the level than touched ones: recompute them all, in order (the
+        // others get the values they hold already: every parent is its children's sum).
+        n = parent_level.nodes;
+        parents = all_nodes.data();
+      }
+      for (int64_t i = 0; i < k; ++i) nodes[i] /= kFanout;
+      for (int64_t start = 0; start < n; start += kTile)
+        FixParents(sums, mins, levels[depth].offset, parent_level.offset, parents + start,
+                   std::min(kTile, n - start));
+    }
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxdqnTreeDraw, DrawImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int64_t>("capacity")
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxdqnTreeSet, SetImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int64_t>("capacity")
+                                  .Ret<ffi::Buffer<ffi::F32>>());

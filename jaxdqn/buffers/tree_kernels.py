@@ -1,0 +1,85 @@
+"""The sum/min tree's descent and leaf writes as two fused CPU kernels (XLA FFI custom calls).
+
+On XLA:CPU a prioritized ``sample`` + ``update`` through ``segment_tree`` is some 40-70 small
+kernels, each paying about a microsecond of dispatch around a handful of random cache-line
+reads. ``csrc/tree_kernels.cc`` does the same work in two calls, with the same float32
+arithmetic in the same order, so results are bitwise those of ``segment_tree``
+(``tests/test_tree_kernels.py`` checks it). The library is built when the package is installed
+(``setup.py``); where it is missing (no C++ compiler at install time) ``available()`` is False
+and the buffers use ``segment_tree``'s XLA program. CPU only: other platforms always use XLA.
+
+Both calls take a batch of independent trees in leading axes (``vmap`` broadcasts every
+argument to it), and ``set_leaves`` writes the trees in place (its output aliases its input).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.util
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+
+LIBRARY = "jaxdqn.buffers._tree_kernels"
+DRAW, SET = "jaxdqn_tree_draw", "jaxdqn_tree_set"
+
+
+@functools.lru_cache(maxsize=None)
+def available() -> bool:
+    """Whether the compiled kernels exist; registers them with XLA:CPU on the first call."""
+    try:
+        spec = importlib.util.find_spec(LIBRARY)
+    except ImportError:
+        return False
+    if spec is None or spec.origin is None:
+        return False
+    library = ctypes.cdll.LoadLibrary(spec.origin)
+    jax.ffi.register_ffi_target(DRAW, jax.ffi.pycapsule(library.JaxdqnTreeDraw), platform="cpu")
+    jax.ffi.register_ffi_target(SET, jax.ffi.pycapsule(library.JaxdqnTreeSet), platform="cpu")
+    return True
+
+
+def require() -> None:
+    """Refuse to build a call to kernels that are not built (and register them if they are)."""
+    if not available():
+        raise RuntimeError(
+            f"the fused tree kernels ({LIBRARY}) are not built: reinstall jaxdqn with a C++17 "
+            "compiler on the PATH, or use the buffers' XLA program (cpu_kernels=False)"
+        )
+
+
+def draw(trees: Array, mass: Array, *, capacity: int) -> tuple[Array, Array, Array]:
+    """``segment_tree.find_prefix_sum`` and ``segment_tree.minimum`` in one call.
+
+    ``trees`` ``[2, M]``, ``mass`` ``[B]`` -> ``(leaf [B] int32, p[leaf] [B], p_min [])``.
+    """
+    require()
+    batch = mass.shape[:-1]
+    return jax.ffi.ffi_call(
+        DRAW,
+        (
+            jax.ShapeDtypeStruct(mass.shape, jnp.int32),
+            jax.ShapeDtypeStruct(mass.shape, jnp.float32),
+            jax.ShapeDtypeStruct(batch, jnp.float32),
+        ),
+        vmap_method="broadcast_all",
+    )(trees, mass.astype(jnp.float32), capacity=np.int64(capacity))
+
+
+def set_leaves(trees: Array, slots: Array, values: Array, *, capacity: int) -> Array:
+    """``segment_tree.set_leaves`` in one call: write ``values`` ``[K]`` at leaf ``slots`` ``[K]``.
+
+    A slot named twice keeps its last value (the writes are sequential), so no
+    ``last_write_wins`` sort is needed first. Slots outside ``[0, capacity)`` are an error.
+    """
+    require()
+    return jax.ffi.ffi_call(
+        SET,
+        jax.ShapeDtypeStruct(trees.shape, trees.dtype),
+        vmap_method="broadcast_all",
+        input_output_aliases={0: 0},
+    )(trees, slots.astype(jnp.int32), values.astype(jnp.float32), capacity=np.int64(capacity))

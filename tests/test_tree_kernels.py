@@ -1,0 +1,131 @@
+"""The fused CPU kernels of the sum/min tree give bitwise what ``segment_tree``'s XLA program gives."""
+
+import functools
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax import lax
+
+from jaxdqn import buffers
+from jaxdqn.buffers import segment_tree, tree_kernels
+from tests.reference.sum_tree import check_valid
+
+CAPACITIES = [1, 15, 16, 17, 300, 4097, 70_000]
+
+
+def test_the_kernels_are_built_where_a_compiler_is():
+    """Installing with a C++ compiler present builds them (else the suite would test nothing here)."""
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        pytest.skip("no C++ compiler on this machine: the buffers use XLA's program")
+    assert tree_kernels.available()
+
+
+needs_kernels = pytest.mark.skipif(not tree_kernels.available(), reason="fused tree kernels not built")
+
+
+def xla_set(trees, slots, values, *, capacity):
+    slots, values = segment_tree.last_write_wins(slots, values, capacity=capacity)
+    return segment_tree.set_leaves(trees, slots, values, capacity=capacity)
+
+
+def random_trees(rng, capacity, writes, zeros=True):
+    """Trees after ``writes`` random leaf writes (slots repeating, some values zero unless not
+    ``zeros``), by XLA's program."""
+    slots = rng.integers(0, capacity, writes).astype(np.int32)
+    values = rng.exponential(size=writes).astype(np.float32)
+    if zeros:
+        values *= rng.random(writes) < 0.8
+    return jax.jit(functools.partial(xla_set, capacity=capacity))(segment_tree.init(capacity), slots, values)
+
+
+@needs_kernels
+@settings(max_examples=40, deadline=None)
+@given(capacity=st.sampled_from(CAPACITIES), k=st.integers(1, 200), seed=st.integers(0, 2**16))
+def test_set_leaves_equals_the_xla_program_bit_for_bit(capacity, k, seed):
+    rng = np.random.default_rng(seed)
+    trees = random_trees(rng, capacity, 50, zeros=False)  # check_valid: written leaves > 0
+    slots = rng.integers(0, capacity, k).astype(np.int32)  # repeats: the last value must win
+    values = (rng.exponential(size=k) * 10.0 ** rng.integers(-6, 6)).astype(np.float32) + np.float32(1e-30)
+    expected = jax.jit(functools.partial(xla_set, capacity=capacity))(trees, slots, values)
+    got = jax.jit(functools.partial(tree_kernels.set_leaves, capacity=capacity))(trees, slots, values)
+    np.testing.assert_array_equal(got, expected)
+    leaves = np.array(segment_tree.leaf_values(trees, capacity=capacity)[0])
+    for slot, value in zip(slots, values):  # the sequential loop the batched write stands for
+        leaves[slot] = value
+    check_valid(np.asarray(got), leaves, capacity)
+
+
+@needs_kernels
+@settings(max_examples=40, deadline=None)
+@given(capacity=st.sampled_from(CAPACITIES), b=st.integers(1, 200), seed=st.integers(0, 2**16))
+def test_draw_equals_the_xla_descent_bit_for_bit(capacity, b, seed):
+    rng = np.random.default_rng(seed)
+    trees = random_trees(rng, capacity, max(1, capacity // 2))
+    trees = jax.jit(functools.partial(xla_set, capacity=capacity))(trees, np.int32([0]), np.float32([1.0]))
+    total = segment_tree.total(trees)
+    mass = jnp.asarray(rng.random(b), jnp.float32) * total
+    # The very top of the tree and past it (float32 round-off in a caller): never an empty leaf.
+    mass = mass.at[0].set(total).at[-1].set(jnp.nextafter(total, jnp.inf))
+    leaf, p = jax.jit(functools.partial(segment_tree.find_prefix_sum, capacity=capacity))(trees, mass)
+    k_leaf, k_p, k_min = jax.jit(functools.partial(tree_kernels.draw, capacity=capacity))(trees, mass)
+    np.testing.assert_array_equal(k_leaf, leaf)
+    np.testing.assert_array_equal(k_p, p)
+    assert k_min == segment_tree.minimum(trees)
+    assert np.all(np.asarray(k_p) > 0)
+
+
+@needs_kernels
+def test_vmapped_kernels_act_on_each_tree_alone():
+    """``vmap`` (broadcast_all): a stack of trees, with slots batched or shared."""
+    capacity, rng = 300, np.random.default_rng(1)
+    stack = jnp.stack([random_trees(rng, capacity, 200) for _ in range(3)])
+    slots = jnp.asarray(rng.integers(0, capacity, 40), jnp.int32)
+    values = jnp.asarray(rng.random((3, 40)), jnp.float32)
+    got = jax.jit(jax.vmap(functools.partial(tree_kernels.set_leaves, capacity=capacity),
+                           in_axes=(0, None, 0)))(stack, slots, values)
+    for i in range(3):
+        np.testing.assert_array_equal(got[i], xla_set(stack[i], slots, values[i], capacity=capacity))
+    mass = jnp.asarray(rng.random((3, 64)), jnp.float32) * got[:, 0, :1]
+    leaf, p, low = jax.vmap(functools.partial(tree_kernels.draw, capacity=capacity))(got, mass)
+    for i in range(3):
+        want_leaf, want_p = segment_tree.find_prefix_sum(got[i], mass[i], capacity=capacity)
+        np.testing.assert_array_equal(leaf[i], want_leaf)
+        np.testing.assert_array_equal(p[i], want_p)
+        assert low[i] == segment_tree.minimum(got[i])
+
+
+@needs_kernels
+def test_a_slot_outside_the_buffer_is_an_error():
+    trees = segment_tree.init(16)
+    with pytest.raises(Exception, match="outside"):
+        jax.block_until_ready(tree_kernels.set_leaves(trees, jnp.int32([16]), jnp.float32([1.0]), capacity=16))
+
+
+@needs_kernels
+@pytest.mark.parametrize("capacity", [33, 5000])
+def test_a_scanned_buffer_with_kernels_equals_one_without(capacity):
+    """add / sample / update in a donated scan: states, batches and weights bitwise equal."""
+    item = {"x": jnp.zeros((2,), jnp.float32)}
+
+    def run(cpu_kernels):
+        buf = buffers.prioritized(capacity, alpha=0.6, cpu_kernels=cpu_kernels)
+
+        def body(state, xs):
+            step, key = xs
+            state = buf.add(state, {"x": jnp.stack([step, -step], 1)[:, :2].astype(jnp.float32)
+                                    + jnp.arange(7.0)[:, None]})
+            s = buf.sample(state, key, 32, 0.4)
+            return buf.update(state, s.indices, s.items["x"][:, 0] * s.weights - 3.0), (s.indices, s.weights)
+
+        steps = jnp.broadcast_to(jnp.arange(60, dtype=jnp.float32)[:, None], (60, 7))
+        loop = jax.jit(lambda st, key: lax.scan(body, st, (steps, jax.random.split(key, 60))), donate_argnums=0)
+        return loop(buf.init(item), jax.random.key(3))
+
+    (state_k, out_k), (state_x, out_x) = run(True), run(False)
+    for a, b in zip(jax.tree_util.tree_leaves((state_k, out_k)), jax.tree_util.tree_leaves((state_x, out_x))):
+        np.testing.assert_array_equal(a, b)
