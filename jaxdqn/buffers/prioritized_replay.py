@@ -82,7 +82,8 @@ def draw(trees: Array, mass: Array, beta: Array, *, capacity: int, on_cpu: bool)
     """``(indices [B], weights [B])`` of the leaves holding ``mass`` ``[B]``.
 
     Two compilations of the same arithmetic (bitwise the same results), picked per platform
-    when the program is lowered (``lax.platform_dependent``). On the CPU: the levels as a
+    when the program is lowered (``lax.platform_dependent``); where the fused CPU kernels are
+    built, the CPU runs ``draw_with_kernel`` instead (also bitwise the same). On the CPU: the levels as a
     rolled loop and the result fenced (``segment_tree.fence``), which keeps XLA:CPU from fusing
     tree reads past the next priority write and copying the trees. On a GPU those two loops
     cost a kernel launch and a host round trip per trip, and the unrolled, unfenced descent
