@@ -15,6 +15,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -46,6 +48,16 @@ std::vector<Level> Layout(int64_t capacity) {
 int64_t RowLength(const std::vector<Level>& levels) {
   const Level& last = levels.back();
   return last.offset + (last.nodes + kFanout - 1) / kFanout * kFanout;
+}
+
+// Whether `trees` is [..., 2, M] with M the row length of `capacity` leaves (else why not).
+template <typename B>
+std::optional<ffi::Error> CheckTrees(const B& trees, int64_t row, const char* kernel) {
+  auto dims = trees.dimensions();
+  if (dims.size() < 2 || dims[dims.size() - 1] != row || dims[dims.size() - 2] != 2)
+    return ffi::Error::InvalidArgument(std::string(kernel) +
+                                       ": trees must be [..., 2, M] for this capacity");
+  return std::nullopt;
 }
 
 // Product of all dimensions but the last `trailing` ones.
@@ -133,9 +145,7 @@ ffi::Error DrawImpl(ffi::Buffer<ffi::F32> trees, ffi::Buffer<ffi::F32> mass, int
                     ffi::ResultBuffer<ffi::F32> minimum) {
   const std::vector<Level> levels = Layout(capacity);
   const int64_t row = RowLength(levels);
-  auto tdims = trees.dimensions();
-  if (tdims.size() < 2 || tdims[tdims.size() - 1] != row || tdims[tdims.size() - 2] != 2)
-    return ffi::Error::InvalidArgument("tree_draw: trees must be [..., 2, M] for this capacity");
+  if (auto error = CheckTrees(trees, row, "tree_draw")) return *error;
   const int64_t batch = BatchOf(trees, 2);
   if (BatchOf(mass, 1) != batch)
     return ffi::Error::InvalidArgument("tree_draw: trees and mass batch shapes differ");
@@ -185,9 +195,7 @@ ffi::Error SetImpl(ffi::Buffer<ffi::F32> trees_in, ffi::Buffer<ffi::S32> slots,
                    ffi::ResultBuffer<ffi::F32> trees) {
   const std::vector<Level> levels = Layout(capacity);
   const int64_t row = RowLength(levels);
-  auto tdims = trees_in.dimensions();
-  if (tdims.size() < 2 || tdims[tdims.size() - 1] != row || tdims[tdims.size() - 2] != 2)
-    return ffi::Error::InvalidArgument("tree_set: trees must be [..., 2, M] for this capacity");
+  if (auto error = CheckTrees(trees_in, row, "tree_set")) return *error;
   const int64_t batch = BatchOf(trees_in, 2);
   if (BatchOf(slots, 1) != batch || BatchOf(values, 1) != batch)
     return ffi::Error::InvalidArgument("tree_set: trees, slots and values batch shapes differ");
