@@ -37,7 +37,10 @@ def available() -> bool:
         return False
     if spec is None or spec.origin is None:
         return False
-    library = ctypes.cdll.LoadLibrary(spec.origin)
+    try:
+        library = ctypes.cdll.LoadLibrary(spec.origin)
+    except OSError:  # built for another system or toolchain: use XLA's program, as if not built
+        return False
     jax.ffi.register_ffi_target(DRAW, jax.ffi.pycapsule(library.JaxdqnTreeDraw), platform="cpu")
     jax.ffi.register_ffi_target(SET, jax.ffi.pycapsule(library.JaxdqnTreeSet), platform="cpu")
     return True
