@@ -35,7 +35,7 @@ setup(
             "jaxdqn.buffers._tree_kernels",
             sources=["csrc/tree_kernels.cc"],
             language="c++",
-            extra_compile_args=["-std=c++17", "-O3", "-Wno-attributes", "-Wno-return-type"],
+            extra_compile_args=["-std=c++17", "-O3", "-Wno-attributes", "-Wno-return-type", "-Wno-psabi"],
             optional=True,
         )
     ],
