@@ -7,6 +7,8 @@
 // 16 children, the same clamp of the target mass), so both paths give bitwise-equal trees,
 // indices and priorities. Registered as XLA FFI handlers; called through jax.ffi.ffi_call.
 //
+// Also here: the gather of sampled items from the replay ring's storage (GatherRowsImpl).
+//
 // Layout: trees is [..., 2, M] float32 (row 0 sums, row 1 mins); leading axes are a batch of
 // independent trees (vmap). Levels root first, each padded to a multiple of 16 nodes; the
 // children of node i of a level are nodes 16 i .. 16 i + 15 of the next level.
@@ -335,6 +337,113 @@ ffi::Error SetImpl(ffi::Buffer<ffi::F32> trees_in, ffi::Buffer<ffi::S32> slots,
   return ffi::Error::Success();
 }
 
+// Item rows: the replay ring's storage leaves, [..batch, N, ...item] each, read a row (one
+// item) at a time. XLA:CPU splits a gather from an array of 512 KiB or more into tasks for
+// its thread pool even when it reads a handful of rows (its cost model counts the whole
+// array); on a small machine the hand-off costs more than the copy and moves the rows' cache
+// lines between cores (measured on 2 cores at capacity 1M: iterations of the buffer
+// benchmark went from ~16 to ~33 us in most runs). This call copies the rows on the calling
+// thread, every row prefetched before any is copied.
+
+// The rows of one store: its first byte, bytes per row, rows per batch element.
+struct Store {
+  char* data;
+  int64_t row_bytes;
+  int64_t rows;
+};
+
+// Reads the layout of store `k` ([..batch, N, ...item], batch = `batch_dims` leading axes).
+template <typename B>
+std::optional<ffi::Error> StoreOf(const B& buffer, size_t batch_dims, int64_t batch,
+                                  const char* kernel, Store& out) {
+  auto dims = buffer.dimensions();
+  if (dims.size() <= batch_dims || BatchOf(buffer, dims.size() - batch_dims) != batch)
+    return ffi::Error::InvalidArgument(std::string(kernel) +
+                                       ": a store's leading axes are not the slots' batch axes");
+  const int64_t rows = dims[batch_dims];
+  out.rows = rows;
+  out.row_bytes = rows == 0 ? 0 : static_cast<int64_t>(buffer.size_bytes()) / (batch * rows);
+  out.data = static_cast<char*>(buffer.untyped_data());
+  return std::nullopt;
+}
+
+// Checks that every slot is a row of a store of `rows` rows.
+std::optional<ffi::Error> CheckSlots(const int32_t* slots, int64_t n, int64_t rows,
+                                     const char* kernel) {
+  for (int64_t i = 0; i < n; ++i)
+    if (slots[i] < 0 || slots[i] >= rows)
+      return ffi::Error::InvalidArgument(std::string(kernel) + ": a slot is outside [0, N)");
+  return std::nullopt;
+}
+
+// At most this many cache lines of each row are prefetched (larger rows stream).
+constexpr int64_t kPrefetchLines = 4;
+
+// to[i] = from[slots[i]] for rows of `bytes` bytes (the common sizes get a copy of fixed
+// size, inlined; a call to memcpy per row would cost more than the copy).
+template <int64_t kBytes>
+void CopyRowsOf(char* to, const char* from, const int32_t* slots, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) std::memcpy(to + i * kBytes, from + int64_t{slots[i]} * kBytes, kBytes);
+}
+
+void CopyRows(char* to, const char* from, const int32_t* slots, int64_t n, int64_t bytes) {
+  switch (bytes) {
+    case 1: return CopyRowsOf<1>(to, from, slots, n);
+    case 2: return CopyRowsOf<2>(to, from, slots, n);
+    case 4: return CopyRowsOf<4>(to, from, slots, n);
+    case 8: return CopyRowsOf<8>(to, from, slots, n);
+    case 12: return CopyRowsOf<12>(to, from, slots, n);
+    case 16: return CopyRowsOf<16>(to, from, slots, n);
+    case 32: return CopyRowsOf<32>(to, from, slots, n);
+    case 64: return CopyRowsOf<64>(to, from, slots, n);
+    default:
+      for (int64_t i = 0; i < n; ++i) std::memcpy(to + i * bytes, from + int64_t{slots[i]} * bytes, bytes);
+  }
+}
+
+// outs[k][i] = stores[k][slots[i]] for every store k: all rows are prefetched first, so
+// their cache misses overlap, then copied.
+ffi::Error GatherRowsImpl(ffi::Buffer<ffi::S32> slots, ffi::RemainingArgs stores,
+                          ffi::RemainingRets outs) {
+  if (outs.size() != stores.size())
+    return ffi::Error::InvalidArgument("gather_rows: one output per store");
+  const size_t batch_dims = slots.dimensions().size() - 1;
+  const int64_t batch = BatchOf(slots, 1);
+  const int64_t n = slots.dimensions().back();
+  std::vector<Store> from(stores.size()), to(stores.size());
+  for (size_t k = 0; k < stores.size(); ++k) {
+    auto store = stores.get<ffi::AnyBuffer>(k);
+    if (!store.has_value()) return store.error();
+    if (auto error = StoreOf(*store, batch_dims, batch, "gather_rows", from[k])) return *error;
+    auto out = outs.get<ffi::AnyBuffer>(k);
+    if (!out.has_value()) return out.error();
+    if (auto error = StoreOf(**out, batch_dims, batch, "gather_rows", to[k])) return *error;
+    if (to[k].rows != n || to[k].row_bytes != from[k].row_bytes)
+      return ffi::Error::InvalidArgument("gather_rows: an output is not [..., slots, ...item]");
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t* s = slots.typed_data() + b * n;
+    if (!from.empty())
+      if (auto error = CheckSlots(s, n, from[0].rows, "gather_rows")) return *error;
+    for (const Store& store : from) {
+      const char* base = store.data + b * store.rows * store.row_bytes;
+      const int64_t lines = std::min<int64_t>(kPrefetchLines, (store.row_bytes + 63) / 64);
+      for (int64_t i = 0; i < n; ++i) {
+        const char* row = base + int64_t{s[i]} * store.row_bytes;
+        for (int64_t line = 0; line < lines; ++line) __builtin_prefetch(row + 64 * line);
+        __builtin_prefetch(row + store.row_bytes - 1);  // a row across a line boundary
+      }
+    }
+    for (size_t k = 0; k < from.size(); ++k) {
+      const int64_t bytes = from[k].row_bytes;
+      const char* base = from[k].data + b * from[k].rows * bytes;
+      char* out = to[k].data + b * n * bytes;
+      CopyRows(out, base, s, n, bytes);
+    }
+  }
+  return ffi::Error::Success();
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxdqnTreeDraw, DrawImpl,
@@ -353,3 +462,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxdqnTreeSet, SetImpl,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Attr<int64_t>("capacity")
                                   .Ret<ffi::Buffer<ffi::F32>>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxdqnGatherRows, GatherRowsImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .RemainingArgs()
+                                  .RemainingRets());

@@ -129,3 +129,83 @@ def test_a_scanned_buffer_with_kernels_equals_one_without(capacity):
     (state_k, out_k), (state_x, out_x) = run(True), run(False)
     for a, b in zip(jax.tree_util.tree_leaves((state_k, out_k)), jax.tree_util.tree_leaves((state_x, out_x))):
         np.testing.assert_array_equal(a, b)
+
+
+ROW_SHAPES = [(), (3,), (2, 5), (16,), (40,)]
+ROW_DTYPES = [np.float32, np.int32, np.uint8, np.bool_, np.float16, np.int8]
+
+
+@needs_kernels
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 300),
+    k=st.integers(1, 200),
+    shapes=st.lists(st.tuples(st.sampled_from(ROW_SHAPES), st.sampled_from(ROW_DTYPES)), min_size=1, max_size=4),
+    seed=st.integers(0, 2**16),
+)
+def test_gather_rows_equals_indexing_every_store(n, k, shapes, seed):
+    """Rows of 1 to 160 bytes, of any dtype, slots repeating: what ``store[slots]`` gives."""
+    rng = np.random.default_rng(seed)
+    stores = tuple(
+        jnp.asarray((rng.random((n,) + shape) * 200 - 50).astype(dtype)) for shape, dtype in shapes
+    )
+    slots = jnp.asarray(rng.integers(0, n, k), jnp.int32)
+    got = jax.jit(tree_kernels.gather_rows)(stores, slots)
+    assert len(got) == len(stores)
+    for store, rows in zip(stores, got):
+        assert rows.dtype == store.dtype and rows.shape == (k,) + store.shape[1:]
+        np.testing.assert_array_equal(rows, np.asarray(store)[np.asarray(slots)])
+
+
+@needs_kernels
+def test_vmapped_gather_rows_reads_each_ring_alone():
+    rng = np.random.default_rng(2)
+    stores = (jnp.asarray(rng.random((3, 50, 4)), jnp.float32), jnp.asarray(rng.integers(0, 9, (3, 50)), jnp.int32))
+    slots = jnp.asarray(rng.integers(0, 50, (3, 20)), jnp.int32)
+    got = jax.jit(jax.vmap(tree_kernels.gather_rows))(stores, slots)
+    for store, rows in zip(stores, got):
+        for i in range(3):
+            np.testing.assert_array_equal(rows[i], np.asarray(store[i])[np.asarray(slots[i])])
+
+
+@needs_kernels
+def test_a_gathered_slot_outside_the_ring_is_an_error():
+    with pytest.raises(Exception, match="outside"):
+        jax.block_until_ready(tree_kernels.gather_rows((jnp.zeros((8, 2)),), jnp.int32([3, 8])))
+
+
+@needs_kernels
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+def test_a_large_ring_samples_the_same_items_with_the_row_kernel(kind):
+    """Above ``GATHER_KERNEL_MIN_BYTES`` the CPU gathers with the kernel: same batches as XLA's."""
+    capacity = 2048
+    item = {"obs": jnp.zeros((80,), jnp.float32), "a": jnp.zeros((), jnp.int32)}  # obs: 640 KiB
+    assert capacity * 80 * 4 >= buffers.uniform_replay.GATHER_KERNEL_MIN_BYTES
+
+    def run(cpu_kernels):
+        make = buffers.uniform if kind == "uniform" else buffers.prioritized
+        buf = make(capacity, cpu_kernels=cpu_kernels)
+
+        def body(state, xs):
+            step, key = xs
+            obs = step + jnp.arange(300.0)[:, None] * 1e-3 + jnp.arange(80.0)
+            count = step.astype(jnp.int32) * 300 + jnp.arange(300, dtype=jnp.int32)  # items added before
+            state = buf.add(state, {"obs": obs, "a": count})
+            s = buf.sample(state, key, 64, 0.4)
+            return buf.update(state, s.indices, s.items["obs"][:, 0] * 1e-3), s
+
+        steps = jnp.arange(12, dtype=jnp.float32)
+        loop = jax.jit(lambda st, key: lax.scan(body, st, (steps, jax.random.split(key, 12))), donate_argnums=0)
+        return loop(buf.init(item), jax.random.key(5))
+
+    with_kernel, without = run(True), run(False)
+    make = buffers.uniform if kind == "uniform" else buffers.prioritized
+    for cpu_kernels in (True, False):  # the kernel is what ran (or not)
+        buf = make(capacity, cpu_kernels=cpu_kernels)
+        hlo = jax.jit(lambda st, key: buf.sample(st, key, 64)).lower(buf.init(item), jax.random.key(0)).as_text()
+        assert (tree_kernels.GATHER_ROWS in hlo) == cpu_kernels
+    for a, b in zip(jax.tree_util.tree_leaves(with_kernel), jax.tree_util.tree_leaves(without)):
+        np.testing.assert_array_equal(a, b)
+    batches = with_kernel[1]
+    # The FIFO ring puts item number c in slot c % capacity: each row is its slot's item.
+    np.testing.assert_array_equal(np.asarray(batches.items["a"]) % capacity, batches.indices)

@@ -38,9 +38,7 @@ def init(example_item: PyTree, *, capacity: int) -> PrioritizedState:
     )
 
 
-def use_kernels(cpu_kernels: bool) -> bool:
-    """Whether the CPU program uses the fused kernels (asked for, and built: ``tree_kernels``)."""
-    return cpu_kernels and tree_kernels.available()
+use_kernels = uniform_replay.use_kernels
 
 
 def set_leaves(trees: Array, slots: Array, values: Array, *, capacity: int, cpu_kernels: bool) -> Array:
@@ -129,7 +127,9 @@ def sample(
         default=functools.partial(draw, capacity=capacity, on_cpu=False),
     )
     return Sample(
-        items=uniform_replay.gather(state.storage.storage, indices), indices=indices, weights=weights
+        items=uniform_replay.gather(state.storage.storage, indices, cpu_kernels=cpu_kernels),
+        indices=indices,
+        weights=weights,
     )
 
 

@@ -10,6 +10,9 @@ and the buffers use ``segment_tree``'s XLA program. CPU only: other platforms al
 
 Both calls take a batch of independent trees in leading axes (``vmap`` broadcasts every
 argument to it), and ``set_leaves`` writes the trees in place (its output aliases its input).
+
+A third call, ``gather_rows``, reads sampled items out of a large ring's storage leaves in one
+go, on the calling thread (``uniform_replay.gather`` says when and why).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ Array = jax.Array
 
 LIBRARY = "jaxdqn.buffers._tree_kernels"
 DRAW, SET = "jaxdqn_tree_draw", "jaxdqn_tree_set"
+GATHER_ROWS = "jaxdqn_gather_rows"
 
 
 @functools.lru_cache(maxsize=None)
@@ -43,6 +47,7 @@ def available() -> bool:
         return False
     jax.ffi.register_ffi_target(DRAW, jax.ffi.pycapsule(library.JaxdqnTreeDraw), platform="cpu")
     jax.ffi.register_ffi_target(SET, jax.ffi.pycapsule(library.JaxdqnTreeSet), platform="cpu")
+    jax.ffi.register_ffi_target(GATHER_ROWS, jax.ffi.pycapsule(library.JaxdqnGatherRows), platform="cpu")
     return True
 
 
@@ -86,3 +91,21 @@ def set_leaves(trees: Array, slots: Array, values: Array, *, capacity: int) -> A
         vmap_method="broadcast_all",
         input_output_aliases={0: 0},
     )(trees, slots.astype(jnp.int32), values.astype(jnp.float32), capacity=np.int64(capacity))
+
+
+def gather_rows(stores: tuple[Array, ...], slots: Array) -> tuple[Array, ...]:
+    """``store[slots]`` for each store ``[N, ...]`` -> ``[K, ...]``; ``slots`` ``[K]`` in ``[0, N)``.
+
+    One call for all stores, every row prefetched before any is copied (XLA:CPU runs one
+    gather per store, each split across its thread pool when the store is 512 KiB or more:
+    see ``csrc/tree_kernels.cc``). Slots outside ``[0, N)`` are an error.
+    """
+    require()
+    if not stores:
+        return ()
+    batch, k = slots.shape[:-1], slots.shape[-1]
+    out = tuple(jax.ShapeDtypeStruct(batch + (k,) + s.shape[len(batch) + 1 :], s.dtype) for s in stores)
+    return tuple(
+        jax.ffi.ffi_call(GATHER_ROWS, out, vmap_method="broadcast_all")(slots.astype(jnp.int32), *stores)
+    )
+
