@@ -418,6 +418,8 @@ ffi::Error GatherRowsImpl(ffi::Buffer<ffi::S32> slots, ffi::RemainingArgs stores
     if (auto error = StoreOf(**out, batch_dims, batch, "gather_rows", to[k])) return *error;
     if (to[k].rows != n || to[k].row_bytes != from[k].row_bytes)
       return ffi::Error::InvalidArgument("gather_rows: an output is not [..., slots, ...item]");
+    if (from[k].rows != from[0].rows)  // the slots are checked against one N for all
+      return ffi::Error::InvalidArgument("gather_rows: the stores hold different numbers of rows");
   }
   for (int64_t b = 0; b < batch; ++b) {
     const int32_t* s = slots.typed_data() + b * n;

@@ -172,6 +172,8 @@ def test_vmapped_gather_rows_reads_each_ring_alone():
 def test_a_gathered_slot_outside_the_ring_is_an_error():
     with pytest.raises(Exception, match="outside"):
         jax.block_until_ready(tree_kernels.gather_rows((jnp.zeros((8, 2)),), jnp.int32([3, 8])))
+    with pytest.raises(Exception, match="different numbers of rows"):  # slot 8 is past the first
+        jax.block_until_ready(tree_kernels.gather_rows((jnp.zeros((8, 2)), jnp.zeros((9,))), jnp.int32([8])))
 
 
 @needs_kernels
