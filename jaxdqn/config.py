@@ -17,6 +17,7 @@ from typing import Any, Mapping
 ACTIVATIONS = ("tanh", "relu", "elu", "swish", "silu", "gelu", "linear")
 EXPLORATION_TYPES = ("EpsilonGreedy",)
 LOSS_FNS = ("huber", "mse")
+GRAD_CLIP_MODES = ("global_norm", "per_tensor")
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -91,6 +92,33 @@ class ExplorationConfig:
         _number("exploration_config.initial_epsilon", self.initial_epsilon, 0.0, 1.0)
         _number("exploration_config.final_epsilon", self.final_epsilon, 0.0, 1.0)
         _int("exploration_config.epsilon_timesteps", self.epsilon_timesteps, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationConfig:
+    """RLlib's ``evaluation_config`` overrides; only ``explore`` changes an evaluation here.
+
+    DQN's and SimpleQ's RLlib default is ``explore=False`` (greedy evaluation); ``True`` acts
+    epsilon-greedily at the training run's current epsilon (and with noise for noisy nets)."""
+
+    explore: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.explore, bool):
+            _fail("evaluation_config.explore", self.explore, "must be a bool")
+
+
+def _clip_rewards(value: Any) -> Any:
+    """RLlib's ``clip_rewards``: None / False (no clipping for gymnax envs), True (sign), a
+    number ``c`` > 0 (clip to [-c, c]) or a pair ``(low, high)``; stored hashable."""
+    if value is None or isinstance(value, bool):
+        return value
+    if _is_number(value) and value > 0:
+        return float(value)
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(_is_number(v) for v in value) \
+            and value[0] < value[1]:
+        return (float(value[0]), float(value[1]))
+    _fail("clip_rewards", value, "must be None, a bool, a number > 0 or a pair [low, high] with low < high")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,11 +269,19 @@ class DQNConfig:
     num_envs_per_worker: int = 1
     timesteps_per_iteration: int = 1000
     evaluation_num_episodes: int = 10
+    evaluation_interval: int | None = None  # evaluate every N train() calls (None: never on its own)
+    evaluation_config: EvaluationConfig = dataclasses.field(default_factory=EvaluationConfig)
+    explore: bool = True  # False: training rollouts act greedily (no epsilon, no noise)
+    clip_rewards: bool | float | tuple[float, float] | None = None
+    no_done_at_end: bool = False  # True: episode ends bootstrap, as a truncation does
+    metrics_smoothing_episodes: int = 100
+    min_iter_time_s: float = 0.0
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     exploration_config: ExplorationConfig = dataclasses.field(default_factory=ExplorationConfig)
     # --- SimpleQ / DQN keys ---
     adam_epsilon: float = 1e-8
     grad_clip: float | None = 40.0
+    grad_clip_mode: str = "global_norm"  # ours: RLlib torch's global norm, or RLlib tf's per tensor
     buffer_size: int = 50_000
     learning_starts: int = 1000
     target_network_update_freq: int = 500
@@ -299,6 +335,25 @@ class DQNConfig:
         _int("num_envs_per_worker", self.num_envs_per_worker, 1)
         _int("timesteps_per_iteration", self.timesteps_per_iteration, 1)
         _int("evaluation_num_episodes", self.evaluation_num_episodes, 1)
+        if self.evaluation_interval is not None:
+            _int("evaluation_interval", self.evaluation_interval, 1)
+        if not isinstance(self.evaluation_config, EvaluationConfig):
+            if not isinstance(self.evaluation_config, Mapping):
+                _fail("evaluation_config", self.evaluation_config, "must be a mapping such as {'explore': False}")
+            known = {f.name for f in dataclasses.fields(EvaluationConfig)}
+            for k in self.evaluation_config:
+                if k not in known:
+                    _unknown(f"evaluation_config.{k}", {f"evaluation_config.{f}" for f in known},
+                             "unsupported evaluation_config key (evaluation runs the training env and config)")
+            _set(self, "evaluation_config", EvaluationConfig(**dict(self.evaluation_config)))
+        for key in ("explore", "no_done_at_end"):
+            if not isinstance(getattr(self, key), bool):
+                _fail(key, getattr(self, key), "must be a bool")
+        _set(self, "clip_rewards", _clip_rewards(self.clip_rewards))
+        _int("metrics_smoothing_episodes", self.metrics_smoothing_episodes, 1)
+        _number("min_iter_time_s", self.min_iter_time_s, 0.0)
+        if self.grad_clip_mode not in GRAD_CLIP_MODES:
+            _fail("grad_clip_mode", self.grad_clip_mode, f"supported: {list(GRAD_CLIP_MODES)}")
         if not isinstance(self.model, ModelConfig):
             _set(self, "model", ModelConfig(**dict(self.model)))
         if not isinstance(self.exploration_config, ExplorationConfig):
@@ -334,6 +389,8 @@ class DQNConfig:
         _int("prioritized_replay_beta_annealing_timesteps", self.prioritized_replay_beta_annealing_timesteps, 0)
         _number("prioritized_replay_eps", self.prioritized_replay_eps, 0.0, open_low=True)
         _int("n_step", self.n_step, 1)
+        # RLlib DQN's validate_config: a fragment holds at least one n-step window.
+        _set(self, "rollout_fragment_length", max(self.rollout_fragment_length, self.n_step))
         _set(self, "hiddens", _ints("hiddens", self.hiddens))
         _int("num_atoms", self.num_atoms, 1)
         _number("v_min", self.v_min, -math.inf)
@@ -349,11 +406,6 @@ class DQNConfig:
             _fail("burn_in", self.burn_in, f"must be < the sequence length {self.sequence_length} "
                   f"(replay_sequence_length, or model.max_seq_len + burn_in when it is 1) so that a "
                   f"sequence trains on at least one step")
-        if self.train_batch_size > self.buffer_items:
-            what = (f"the {self.buffer_items} sequences that buffer_size={self.buffer_size} holds "
-                    f"(buffer_size counts timesteps; with sequences train_batch_size counts sequences)"
-                    if self.model.use_lstm else f"buffer_size={self.buffer_size}")
-            _fail("train_batch_size", self.train_batch_size, f"must be <= {what}")
         if self.burn_in and not self.model.use_lstm:
             _fail("burn_in", self.burn_in, "must be 0 unless model.use_lstm=True (burn-in warms up a recurrent state)")
         if self.replay_sequence_length > 1 and not self.model.use_lstm:
@@ -400,12 +452,17 @@ class DQNConfig:
 
 @dataclasses.dataclass(frozen=True)
 class SimpleQConfig(DQNConfig):
-    """SimpleQ: DQN without double Q, dueling, n-step, prioritized replay, C51 or noisy nets."""
+    """RLlib 1.x's SimpleQ: DQN without double Q, dueling, n-step, prioritized replay, C51 or noisy
+    nets, whose policy applies no gradient clipping and no learning-rate schedule (a plain Adam
+    at ``lr``) and whose execution plan alternates one store and one replay (no
+    ``training_intensity``: the replay ratio is the native ``train_batch_size /
+    (rollout_fragment_length * num_envs)``). Those keys are refused rather than ignored."""
 
     prioritized_replay: bool = False
     double_q: bool = False
     dueling: bool = False
     hiddens: tuple[int, ...] = ()
+    grad_clip: float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -414,27 +471,86 @@ class SimpleQConfig(DQNConfig):
         for key, value in off.items():
             if getattr(self, key) != value:
                 _fail(key, getattr(self, key), f"SimpleQ requires {key}={value!r}; use DQNConfig for it")
+        plain = {"grad_clip": (None, "RLlib's SimpleQ policy never clips gradients"),
+                 "lr_schedule": (None, "RLlib's SimpleQ policy has no learning-rate schedule"),
+                 "training_intensity": (None, "RLlib's SimpleQ plan alternates one store and one replay "
+                                              "(set rollout_fragment_length / train_batch_size instead)"),
+                 "adam_epsilon": (1e-8, "RLlib's SimpleQ policy uses Adam's default epsilon")}
+        for key, (value, why) in plain.items():
+            if getattr(self, key) != value:
+                _fail(key, getattr(self, key), f"SimpleQ requires {key}={value!r}: {why}; use DQNConfig for it")
 
 
-# Keys RLlib users have that steer only RLlib's own machinery: accepted and ignored.
+# How ``from_rllib`` treats every key of RLlib 1.x's COMMON_CONFIG, DQN / SimpleQ DEFAULT_CONFIG
+# and MODEL_DEFAULTS that is not one of our fields (README, "RLlib keys"):
+#
+# IGNORED: keys that steer only RLlib's own machinery (processes, resources, frameworks, logging,
+# offline I/O knobs that apply only to an offline input we refuse anyway); any value is accepted.
 IGNORED_KEYS = frozenset({
-    "framework", "eager_tracing", "eager_max_retraces", "num_gpus", "num_cpus_per_worker",
-    "num_gpus_per_worker", "num_cpus_for_driver", "custom_resources_per_worker", "log_level",
-    "simple_optimizer", "min_iter_time_s", "min_time_s_per_reporting", "min_sample_timesteps_per_reporting",
-    "compress_observations", "callbacks", "ignore_worker_failures", "recreate_failed_workers",
-    "monitor", "record_env", "render_env", "logger_config", "_fake_gpus", "_disable_execution_plan_api",
-    "tf_session_args", "local_tf_session_args", "store_buffer_in_checkpoints", "batch_mode",
-    "evaluation_interval", "evaluation_parallel_to_training", "evaluation_num_workers",
-    "metrics_smoothing_episodes", "metrics_num_episodes_for_smoothing", "collect_metrics_timeout",
-    "sample_async", "observation_filter", "synchronize_filters", "create_env_on_driver",
-    "remote_worker_envs", "remote_env_batch_wait_ms", "worker_side_prioritization",
-    "timesteps_per_iteration_warmup", "no_done_at_end", "soft_horizon", "preprocessor_pref",
-    "normalize_actions", "clip_actions", "clip_rewards", "explore", "before_learn_on_batch",
+    "framework", "eager_tracing", "eager_max_retraces", "num_cpus_per_worker", "num_gpus_per_worker",
+    "num_cpus_for_driver", "custom_resources_per_worker", "memory", "object_store_memory",
+    "memory_per_worker", "object_store_memory_per_worker", "placement_strategy",
+    "extra_python_environs_for_driver", "extra_python_environs_for_worker", "log_level",
+    "log_sys_usage", "logger_config", "simple_optimizer", "_fake_gpus", "_disable_execution_plan_api",
+    "_use_trajectory_view_api", "tf_session_args", "local_tf_session_args", "ignore_worker_failures",
+    "recreate_failed_workers", "collect_metrics_timeout", "create_env_on_driver", "remote_worker_envs",
+    "remote_env_batch_wait_ms", "evaluation_num_workers", "evaluation_parallel_to_training",
+    "synchronize_filters", "compress_observations", "store_buffer_in_checkpoints",
+    "timesteps_per_iteration_warmup", "input_evaluation", "postprocess_inputs", "shuffle_buffer_size",
+    "output_compress_columns", "output_max_file_size",
+    # Only continuous or image spaces are touched by these; gymnax's discrete-action envs are not.
+    "normalize_actions", "clip_actions", "preprocessor_pref",
 })
-IGNORED_MODEL_KEYS = frozenset({"vf_share_layers", "free_log_std", "no_final_linear", "dim",
-                                "grayscale", "zero_mean", "framestack", "_time_major",
-                                "lstm_use_prev_action", "lstm_use_prev_reward", "custom_model",
-                                "custom_model_config", "custom_action_dist", "custom_preprocessor"})
+IGNORED_MODEL_KEYS = frozenset({"vf_share_layers", "free_log_std", "_time_major", "dim", "grayscale",
+                                "zero_mean", "framestack", "_use_default_native_models",
+                                "_disable_preprocessor_api", "_disable_action_flattening"})
+
+# FIXED: keys whose RLlib default is the only behaviour jaxdqn has: accepted at one of the listed
+# values, refused otherwise with the reason (never accepted and silently ignored).
+FIXED_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
+    "batch_mode": (("truncate_episodes",), "rollouts are fixed-length fragments (static shapes)"),
+    "observation_filter": (("NoFilter",), "observations are not filtered"),
+    "worker_side_prioritization": ((False,), "priorities are computed by the learner"),
+    "soft_horizon": ((False,), "episodes reset where they end"),
+    "horizon": ((None,), "episode limits are the env's: set env_config max_steps_in_episode"),
+    "sample_async": ((False,), "sampling is synchronous, inside the compiled loop"),
+    "fake_sampler": ((False,), "there is no fake sampler"),
+    "in_evaluation": ((False,), "evaluation is Trainer.evaluate()"),
+    "custom_eval_function": ((None,), "evaluation is Trainer.evaluate()"),
+    "input": (("sampler",), "experiences come from the environment only (no offline input)"),
+    "output": ((None,), "experiences are not written out"),
+    "optimizer": (({},), "the optimizer is Adam with lr / adam_epsilon / grad_clip"),
+    "before_learn_on_batch": ((None,), "pass the hook as Trainer(before_learn_on_batch=...)"),
+    "callbacks": ((None, "DefaultCallbacks"), "there are no callbacks; results come back from train()"),
+    "monitor": ((False,), "no videos or monitor files are written"),
+    "record_env": ((False,), "no videos are recorded"),
+    "render_env": ((False,), "environments are not rendered"),
+    "model.lstm_use_prev_action_reward": ((False,), "the LSTM sees observations only"),
+    "model.lstm_use_prev_action": ((False,), "the LSTM sees observations only"),
+    "model.lstm_use_prev_reward": ((False,), "the LSTM sees observations only"),
+    "model.use_attention": ((False,), "attention nets are not supported"),
+    "model.no_final_linear": ((False,), "the Q head always ends in a linear layer"),
+    "model.post_fcnet_hiddens": (([], ()), "use hiddens for the layers after the torso"),
+    "model.custom_model": ((None,), "jaxdqn builds its own flax Q-network: set fcnet_hiddens / conv_filters"),
+    "model.custom_model_config": (({},), "there is no custom model"),
+    "model.custom_action_dist": ((None,), "Q-learning acts greedily or epsilon-greedily"),
+    "model.custom_preprocessor": ((None,), "there are no preprocessors"),
+}
+
+# RENAMED: later RLlib 1.x names of the same setting.
+RENAMED_KEYS = {"metrics_num_episodes_for_smoothing": "metrics_smoothing_episodes",
+                "min_time_s_per_reporting": "min_iter_time_s",
+                "min_sample_timesteps_per_reporting": "timesteps_per_iteration"}
+
+
+def _fixed(key: str, value: Any) -> None:
+    """Refuse ``value`` for a ``FIXED_KEYS`` key unless it is one of the accepted ones."""
+    allowed, why = FIXED_KEYS[key]
+    name = getattr(value, "__name__", None)  # a callbacks class
+    if any(value == a or (name is not None and name == a) for a in allowed):
+        return
+    raise ValueError(f"{key}={value!r} is not supported: {why} (accepted: "
+                     f"{', '.join(repr(a) for a in allowed)})")
 
 
 def _unknown(key: str, known: set[str], what: str = "unknown or unsupported RLlib config key") -> None:
@@ -447,23 +563,30 @@ def _map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
     fields = {f.name for f in dataclasses.fields(cls)}
     out: dict[str, Any] = {}
     for key, value in config.items():
-        if key == "num_gpus" and _is_number(value) and value >= 2:
-            out["num_devices"] = int(value)  # RLlib's multi-GPU learner: our data-parallel devices
-            continue
+        key = RENAMED_KEYS.get(key, key)
+        if key == "num_gpus":
+            if _is_number(value) and value >= 2:
+                out["num_devices"] = int(value)  # RLlib's multi-GPU learner: our data-parallel devices
+            continue  # 0 or 1 (or a fraction): where the learner runs is JAX's default device
         if key in IGNORED_KEYS:
             continue
-        if key == "model":
+        if key in FIXED_KEYS:
+            _fixed(key, value)
+            continue
+        if key == "seed":
+            out["seed"] = 0 if value is None else value
+        elif key == "model":
             model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
             model = {}
             for k, v in dict(value).items():
                 if k in IGNORED_MODEL_KEYS:
                     continue
+                if f"model.{k}" in FIXED_KEYS:
+                    _fixed(f"model.{k}", v)
+                    continue
                 if k not in model_fields:
                     _unknown(f"model.{k}", {f"model.{f}" for f in model_fields})
                 model[k] = v
-            if dict(value).get("custom_model"):
-                raise ValueError("model.custom_model is not supported: jaxdqn builds its own flax "
-                                 "Q-network; remove custom_model and set fcnet_hiddens/conv_filters")
             out["model"] = ModelConfig(**model)
         elif key == "exploration_config":
             expl_fields = {f.name for f in dataclasses.fields(ExplorationConfig)}
@@ -481,17 +604,14 @@ def _map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
                 raise ValueError("multiagent.replay_mode='lockstep' does not support prioritized "
                                  "replay (as in RLlib): set prioritized_replay=False or replay_mode="
                                  "'independent'")
+            if multiagent.get("observation_fn") is not None:
+                _fail("multiagent.observation_fn", multiagent["observation_fn"],
+                      "is not supported: agents observe what the environment gives them")
             if policies:
                 ignored = {"observation_fn", "count_steps_by", "policy_map_capacity", "policy_map_cache"}
                 if multiagent.get("count_steps_by", "env_steps") != "env_steps":
                     _fail("multiagent.count_steps_by", multiagent["count_steps_by"], "supported: 'env_steps'")
                 out["multiagent"] = {k: v for k, v in multiagent.items() if k not in ignored}
-        elif key == "evaluation_config":
-            if dict(value).get("explore", False):
-                raise ValueError("evaluation_config.explore=True is not supported: evaluation is greedy")
-            extra = set(dict(value)) - {"explore"}
-            if extra:
-                _unknown(f"evaluation_config.{sorted(extra)[0]}", {"evaluation_config.explore"})
         elif key == "replay_buffer_config":
             buffer = dict(value)
             kind = buffer.pop("type", None)
@@ -523,8 +643,8 @@ def _map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
                 value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
             out[key] = value
         else:
-            _unknown(key, fields | set(IGNORED_KEYS) | {"model", "exploration_config", "multiagent",
-                                                        "replay_buffer_config", "env_config"})
+            _unknown(key, fields | set(IGNORED_KEYS) | set(FIXED_KEYS) | {"model", "exploration_config", "multiagent",
+                                                                          "replay_buffer_config", "env_config"})
     return out
 
 
@@ -580,7 +700,7 @@ def from_dict(data: Mapping[str, Any], algo: str = "dqn") -> DQNConfig:
     An unknown key, top-level or nested, raises ``ValueError`` with a did-you-mean hint."""
     cls = config_class(algo)
     fields = {f.name for f in dataclasses.fields(cls)}
-    nested = {"model": ModelConfig, "exploration_config": ExplorationConfig}
+    nested = {"model": ModelConfig, "exploration_config": ExplorationConfig, "evaluation_config": EvaluationConfig}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key not in fields:

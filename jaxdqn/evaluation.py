@@ -1,9 +1,11 @@
-"""Greedy evaluation episodes as a pure function (RLlib's ``evaluate()`` with ``explore=False``).
+"""Evaluation episodes as a pure function (RLlib's ``evaluate()``).
 
-``make_evaluate(spec, network, num_episodes)`` returns ``evaluate(params, key) -> Evaluation``:
-``num_episodes`` environments run side by side, each for exactly one episode, acting greedily
-(noisy layers use their mean weights). The loop is a ``lax.while_loop`` that stops when every
-episode has ended (or after ``max_steps``), so it is jittable and vmappable over seeds.
+``make_evaluate(spec, network, num_episodes, explore=False)`` returns ``evaluate(params, key,
+eps=0.0) -> Evaluation``: ``num_episodes`` environments run side by side, each for exactly one
+episode. ``explore=False`` (``evaluation_config.explore``, RLlib DQN's default) acts greedily,
+noisy layers at their mean weights; ``explore=True`` acts epsilon-greedily at ``eps`` on Q-values
+with fresh noise, as the behaviour policy does. The loop is a ``lax.while_loop`` that stops when
+every episode has ended (or after ``max_steps``), so it is jittable and vmappable over seeds.
 """
 
 from __future__ import annotations
@@ -72,14 +74,30 @@ def run_episodes(reset: Callable[[Array], tuple[Any, Any]], step: Callable[..., 
     return Evaluation(episode_return=ret, episode_length=length, finished=~alive)
 
 
+def explore_actions(network: QNetwork, params: Any, obs: Array, eps: Array, key: Array,
+                    memory: Any = None) -> Any:
+    """Behaviour actions ``[B]``: epsilon-greedy at ``eps`` on Q-values with fresh noise (and,
+    for a recurrent network, from ``memory``, never reset: one episode per env)."""
+    noise_key, act_key = jax.random.split(key)
+    if memory is None:
+        return exploration.epsilon_greedy(act_key, network.apply(params, obs, rngs={"noise": noise_key}).q, eps)
+    first = jnp.zeros((obs.shape[0], 1), bool)
+    out, memory = network.apply(params, obs[:, None], memory, first, rngs={"noise": noise_key})
+    return exploration.epsilon_greedy(act_key, out.q[:, 0], eps), memory
+
+
 def make_evaluate(spec: envs.EnvSpec, network: QNetwork, num_episodes: int,
-                  max_steps: int | None = None) -> Callable[[Any, Array], Evaluation]:
-    """``evaluate(params, key)``: ``num_episodes`` greedy episodes; see the module docstring."""
+                  max_steps: int | None = None, *, explore: bool = False) -> Callable[..., Evaluation]:
+    """``evaluate(params, key, eps=0.0)``: ``num_episodes`` episodes; see the module docstring."""
     limit = default_max_steps(spec) if max_steps is None else max_steps
 
-    def evaluate(params: Any, key: Array) -> Evaluation:
+    def evaluate(params: Any, key: Array, eps: Array | float = 0.0) -> Evaluation:
         def step(obs, env_state, memory, key):
-            if network.use_lstm:  # one episode per env: the state starts at zeros, no reset needed
+            if explore:
+                act_key, key = jax.random.split(key)
+                out = explore_actions(network, params, obs, eps, act_key, memory if network.use_lstm else None)
+                action, memory = out if network.use_lstm else (out, memory)
+            elif network.use_lstm:  # one episode per env: the state starts at zeros, no reset needed
                 action, memory = greedy_recurrent_actions(network, params, obs, memory,
                                                           jnp.zeros((num_episodes,), bool))
             else:

@@ -1,4 +1,8 @@
-"""Schedules over sampled env steps and action selection (epsilon-greedy, greedy)."""
+"""Schedules over sampled env steps and action selection (epsilon-greedy, greedy).
+
+Noisy nets (``noisy=True``) explore through their noise *and* epsilon-greedy, as in RLlib (whose
+DQN keeps its ``exploration_config`` with noisy layers); set ``initial_epsilon`` and
+``final_epsilon`` to 0 for noise-only exploration (Fortunato et al.)."""
 
 from __future__ import annotations
 
@@ -52,9 +56,7 @@ def greedy(q: Array) -> Array:
     return jnp.argmax(q, axis=-1).astype(jnp.int32)
 
 
-def explore(key: Array, q: Array, eps: Array, *, noisy: bool) -> Array:
-    """Behaviour actions ``[B]``: greedy on ``q`` for noisy nets (``q`` was computed with fresh
-    noise, which is their exploration), epsilon-greedy otherwise."""
-    if noisy:
-        return greedy(q)
-    return epsilon_greedy(key, q, eps)
+def behaviour_epsilon(config: ExplorationConfig, t: Array, *, explore: bool) -> Array:
+    """The epsilon a behaviour policy acts with after ``t`` sampled steps: the schedule's, or 0
+    with ``explore=False`` (RLlib's top-level ``explore`` key)."""
+    return epsilon(config, t) if explore else jnp.float32(0.0)

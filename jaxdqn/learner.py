@@ -58,12 +58,30 @@ def learning_rate(config: DQNConfig, env_steps: Array) -> Array:
     return exploration.piecewise_linear(config.lr_schedule, env_steps)
 
 
+def clip_each_by_norm(max_norm: float) -> optax.GradientTransformation:
+    """Clip every gradient tensor on its own to L2 norm ``max_norm`` (``tf.clip_by_norm``:
+    ``g * max_norm / max(|g|, max_norm)``), as RLlib's tf DQN policy does per variable."""
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        def clip(g: Array) -> Array:
+            norm = jnp.sqrt(jnp.sum(jnp.square(g)))
+            return g * (max_norm / jnp.maximum(norm, max_norm))
+
+        return jax.tree_util.tree_map(clip, updates), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
 def make_optimizer(config: DQNConfig) -> optax.GradientTransformation:
-    """Adam with ``adam_epsilon`` after global-norm clipping at ``grad_clip``; the learning rate
-    is a hyper-parameter set on every step from the schedule."""
+    """Adam with ``adam_epsilon`` after clipping at ``grad_clip``: the global norm over every
+    tensor (``grad_clip_mode="global_norm"``, RLlib's torch policies) or each tensor's own norm
+    (``"per_tensor"``, RLlib's tf policies). The learning rate is a hyper-parameter set on every
+    step from the schedule."""
     adam = optax.inject_hyperparams(optax.adam)(learning_rate=config.lr, eps=config.adam_epsilon)
     if config.grad_clip is None:
         return adam
+    if config.grad_clip_mode == "per_tensor":
+        return optax.chain(clip_each_by_norm(config.grad_clip), adam)
     return optax.chain(optax.clip_by_global_norm(config.grad_clip), adam)
 
 
@@ -95,7 +113,9 @@ def init(network: QNetwork, optimizer: optax.GradientTransformation, key: Array,
 
 
 def make_loss(config: DQNConfig, network: QNetwork) -> Callable:
-    """``loss(params, target_params, items: Transition, weights, key) -> (loss, (td, q_selected))``."""
+    """``loss(params, target_params, items: Transition, weights, key) -> (loss, (td [B], q_selected [B],
+    mean_td_error []))``: ``td`` is ``target - Q`` (C51: the cross-entropy), the priority's source;
+    ``mean_td_error`` is RLlib's statistic, the mean of ``Q - target`` (C51: of the cross-entropy)."""
     td_loss = losses.huber if config.td_error_loss_fn == "huber" else losses.mse
 
     def apply(params, obs, key):
@@ -115,6 +135,7 @@ def make_loss(config: DQNConfig, network: QNetwork) -> Callable:
             else:
                 td = jax.vmap(losses.q_learning_td)(out_tm1.q, items.action, items.reward, items.discount, out_t.q)
             per_item = td_loss(td)
+            mean_td_error = jnp.mean(-td)
         else:
             a_t = exploration.greedy(selector.q)
             td = jax.vmap(losses.categorical_td, in_axes=(0, 0, 0, 0, 0, 0, None))(
@@ -122,7 +143,8 @@ def make_loss(config: DQNConfig, network: QNetwork) -> Callable:
                 jax.nn.softmax(out_t.logits, axis=-1), a_t, network.support,
             )
             per_item = td
-        return losses.weighted_mean(per_item, weights), (td, q_selected)
+            mean_td_error = jnp.mean(td)
+        return losses.weighted_mean(per_item, weights), (td, q_selected, mean_td_error)
 
     return loss_fn
 
@@ -144,8 +166,9 @@ def make_sequence_loss(config: DQNConfig, network: QNetwork, *, eta: float = 0.9
     the slice's last valid step, which then bootstraps with ``gamma ** k`` for the ``k`` steps
     taken (``losses.n_step_returns``).
 
-    Returns ``(loss, (priority [B], q_selected [B, L]))``: a sequence's priority is RLlib's /
-    R2D2's mix ``eta * max|td| + (1 - eta) * mean|td|`` over its trained steps.
+    Returns ``(loss, (priority [B], q_selected [B, L], mean_td_error []))``: a sequence's priority
+    is RLlib's / R2D2's mix ``eta * max|td| + (1 - eta) * mean|td|`` over its trained steps;
+    ``mean_td_error`` is RLlib's statistic, the mean of ``Q - target`` over all trained steps.
     """
     td_loss = losses.huber if config.td_error_loss_fn == "huber" else losses.mse
     burn_in, gamma, n = config.burn_in, config.gamma, config.n_step
@@ -200,8 +223,9 @@ def make_sequence_loss(config: DQNConfig, network: QNetwork, *, eta: float = 0.9
         priority = eta * jnp.max(abs_td, axis=1) + (1.0 - eta) * losses.masked_sequence_mean(
             jnp.abs(td), items.mask, burn_in=burn_in
         )
+        mean_td_error = -jnp.sum(jnp.where(keep, td, 0.0)) / jnp.maximum(jnp.sum(keep), 1)
         q_selected = jnp.where(keep, q_selected, jnp.nan)  # statistics over trained steps only
-        return losses.weighted_mean(per_sequence, weights), (priority, q_selected)
+        return losses.weighted_mean(per_sequence, weights), (priority, q_selected, mean_td_error)
 
     return loss_fn
 
@@ -228,13 +252,13 @@ def make_train_step(
     else:
         q_mean, q_min, q_max = jnp.mean, jnp.min, jnp.max
 
-    def statistics(loss, td, q_selected, grads, lr) -> LearnInfo:
+    def statistics(loss, td, q_selected, mean_td_error, grads, lr) -> LearnInfo:
         return LearnInfo(
             loss=mean(loss),
             mean_q=mean(q_mean(q_selected)),
             min_q=lax.pmin(q_min(q_selected), axis_name) if axis_name else q_min(q_selected),
             max_q=lax.pmax(q_max(q_selected), axis_name) if axis_name else q_max(q_selected),
-            mean_td_error=mean(jnp.mean(td)),
+            mean_td_error=mean(mean_td_error),
             cur_lr=lr,
             grad_gnorm=optax.tree.norm(grads),
             td_error=td,
@@ -252,7 +276,7 @@ def make_train_step(
         (CartPole, 2-core CPU; README "Training speed"). ``stats_due`` must be the same on
         every replica.
         """
-        (loss, (td, q_selected)), grads = grad_fn(
+        (loss, (td, q_selected, mean_td_error)), grads = grad_fn(
             state.params, state.target_params, sample.items, sample.weights, key
         )
         grads = mean(grads)
@@ -261,12 +285,12 @@ def make_train_step(
         updates, opt_state = optimizer.update(grads, opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         if stats_due is None:
-            info = statistics(loss, td, q_selected, grads, lr)
+            info = statistics(loss, td, q_selected, mean_td_error, grads, lr)
         elif last_info is None:
             raise ValueError("train_step(stats_due=...) needs last_info, the statistics to keep when not due")
         else:
-            keep = lambda loss, td, q_selected, grads, lr: last_info._replace(td_error=td)  # noqa: E731
-            info = lax.cond(stats_due, statistics, keep, loss, td, q_selected, grads, lr)
+            keep = lambda loss, td, q_selected, mean_td_error, grads, lr: last_info._replace(td_error=td)  # noqa: E731
+            info = lax.cond(stats_due, statistics, keep, loss, td, q_selected, mean_td_error, grads, lr)
         return state._replace(params=params, opt_state=opt_state, num_updates=state.num_updates + 1), info
 
     return train_step
@@ -276,13 +300,14 @@ def sync_target(
     state: LearnerState, env_steps: Array, *, target_network_update_freq: int, tau: float = 1.0
 ) -> tuple[LearnerState, Array]:
     """Copy (or Polyak-average with ``tau``) the online params into the target when
-    ``env_steps - last_target_update >= target_network_update_freq``; returns ``(state, synced)``.
+    ``env_steps - last_target_update > target_network_update_freq``; returns ``(state, synced)``.
 
-    The comparison, not ``env_steps % freq == 0``, fires on time whatever the step size
-    (RLlib's rule; a modulo test with steps of k fires only every lcm(k, freq)).
+    RLlib 1.x's ``UpdateTargetNetwork`` rule, strict ``>`` included. The comparison, not
+    ``env_steps % freq == 0``, fires on time whatever the step size (a modulo test with steps of
+    k fires only every lcm(k, freq)).
     """
     env_steps = jnp.asarray(env_steps, jnp.int32)
-    due = env_steps - state.last_target_update >= target_network_update_freq
+    due = env_steps - state.last_target_update > target_network_update_freq
     if tau == 1.0:  # a hard copy, bit for bit
         blend = lambda online, old: online  # noqa: E731
     else:

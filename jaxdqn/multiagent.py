@@ -71,6 +71,9 @@ class MultiAgentMetrics(NamedTuple):
     num_target_updates: Array
     last_target_update_ts: Array
     learner: dict[str, learner.LearnInfo]
+    episodes_at_report: Array
+    sampled_at_report: Array
+    trained_at_report: Array
     policies: dict[str, Ring]
 
 
@@ -132,14 +135,17 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
                    (config.prioritized_replay_beta_annealing_timesteps, config.final_prioritized_replay_beta)]
     gather = plan.gatherer(axis_name)
 
+    view = rollout.make_view(clip_rewards=config.clip_rewards, no_done_at_end=config.no_done_at_end)
+
     def act(params: dict[str, Any], obs: dict[str, Array], eps: Array, key: Array) -> dict[str, Array]:
         """Every agent's behaviour action ``[E]``: its policy's network on its observation."""
         actions = {}
         for agent, k in zip(spec.agents, jax.random.split(key, len(spec.agents))):
             pid = mapping[agent]
             noise_key, act_key = jax.random.split(k)
-            q = networks[pid].apply(params[pid], obs[agent], rngs={"noise": noise_key}).q
-            actions[agent] = exploration.explore(act_key, q, eps, noisy=configs[pid].noisy)
+            q = networks[pid].apply(params[pid], obs[agent], deterministic=not config.explore,
+                                    rngs={"noise": noise_key}).q
+            actions[agent] = exploration.epsilon_greedy(act_key, q, eps)
         return actions
 
     def run_steps(state_learner: dict[str, learner.LearnerState], eps: Array, actor: MultiAgentActor,
@@ -157,6 +163,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
             raw = {a: rollout.RawStep(obs=actor.obs[a], action=actions[a].astype(jnp.int32), reward=out.reward[a],
                                       terminated=out.terminated[a], truncated=out.truncated[a],
                                       next_obs=out.next_obs[a]) for a in spec.agents}
+            if view is not None:
+                raw = {a: view(r) for a, r in raw.items()}
             episodes = rollout.Episodes(done=done, episode_return=joint, episode_length=length_)
             actor = actor._replace(
                 env_state=env_state, obs=out.obs, episode_return=jnp.where(done, 0.0, joint),
@@ -178,7 +186,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
         return metrics._replace(policies=rings)
 
     def epsilon(state: plan.TrainState) -> Array:
-        return exploration.epsilon(config.exploration_config, state.metrics.num_steps_sampled)
+        return exploration.behaviour_epsilon(config.exploration_config, state.metrics.num_steps_sampled,
+                                             explore=config.explore)
 
     def store(state: plan.TrainState, _=None) -> tuple[plan.TrainState, None]:
         key, step_key = jax.random.split(state.key)
@@ -235,9 +244,7 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
         )
         return state._replace(learner=learners, buffer=buffer, metrics=metrics, key=key), None
 
-    def iteration(state: plan.TrainState, stats_due: Array | None = None) -> tuple[plan.TrainState, None]:
-        state = plan.repeat(store, state, schedule.stores)
-        return plan.repeat(replay, state, schedule.replays, last=stats_due), None
+    iteration, run_chunk = plan.make_iteration(schedule, store, replay)
 
     def init(key: Array) -> plan.TrainState:
         """Fresh learners, empty buffers, primed actors, then the warm-up stores."""
@@ -256,13 +263,14 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
                     for pid, k in zip(pids, jax.random.split(learner_key, len(pids)))}
         zero = lambda: jnp.zeros((), jnp.int32)  # noqa: E731
         info = learner.empty_info()
-        size = plan.ring_size(num_replicas)
-        ring = lambda: Ring(returns=jnp.zeros((size,), jnp.float32), lengths=jnp.zeros((size,), jnp.int32),  # noqa: E731
-                            ring_pos=zero(), episodes_total=zero())
+        size = plan.ring_size(config, schedule, num_replicas)
+        ring = lambda k=1: Ring(returns=jnp.zeros((size * k,), jnp.float32),  # noqa: E731
+                                lengths=jnp.zeros((size * k,), jnp.int32), ring_pos=zero(), episodes_total=zero())
         joint_ring = ring()
         metrics = MultiAgentMetrics(**joint_ring._asdict(), num_steps_sampled=zero(), num_steps_trained=zero(),
                                     num_target_updates=zero(), last_target_update_ts=zero(),
-                                    learner={pid: info for pid in trainable}, policies={pid: ring() for pid in pids})
+                                    learner={pid: info for pid in trainable}, **plan.report_markers(),
+                                    policies={pid: ring(len(groups[pid])) for pid in pids})
 
         def example(agent: str) -> Any:  # one zero transition of an agent
             t = rollout.n_step_transitions(jax.tree_util.tree_map(
@@ -274,38 +282,34 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
             buffer = buf.init({a: example(a) for a in spec.agents})
         else:
             buffer = {pid: buf.init(example(groups[pid][0])) for pid in pids}
-        state = plan.TrainState(learner=learners, buffer=buffer, actor=actor, metrics=metrics, key=key)
+        state = plan.TrainState(learner=learners, buffer=buffer, actor=actor, metrics=metrics, key=key,
+                                replay_credit=zero())
         if n > 1:  # fill the n-step look-ahead
             actor, (raw, episodes, agent_return) = run_steps(learners, epsilon(state), actor, prime_key, n - 1)
             metrics = record(metrics, episodes, agent_return)._replace(num_steps_sampled=jnp.int32((n - 1) * config.num_envs))
             state = state._replace(actor=actor._replace(pending=raw), metrics=metrics)
         return plan.repeat(store, state, schedule.warmup_stores)
 
-    def report(state: plan.TrainState, episodes_before: Array) -> dict[str, Array]:
-        m = state.metrics
-        out = plan.episode_report(m, gather)
-        out["episodes_this_iter"] = out["episodes_total"] - jnp.sum(gather(episodes_before))
-        out.update(plan.counters_report(m))
+    def chunk(state: plan.TrainState) -> tuple[plan.TrainState, dict[str, Array]]:
+        """As ``plan.make_plan``'s chunk; ``policy_reward_*`` cover the agent episodes of the same
+        smoothing window as the joint episodes."""
+        state = run_chunk(state)
+        out, window, metrics = plan.close_report(state.metrics, gather, config.metrics_smoothing_episodes)
         for pid in pids:
-            episodes = plan.episode_report(m.policies[pid], gather)
+            episodes = plan.episode_report(metrics.policies[pid], gather, window * len(groups[pid]))
             for stat in ("mean", "min", "max"):
                 out[f"policy_reward_{stat}/{pid}"] = episodes[f"episode_reward_{stat}"]
-        for pid, info in m.learner.items():
+        for pid, info in metrics.learner.items():
             out.update({f"learner/{pid}/{k}": v for k, v in info._asdict().items() if k != "td_error"})
-        return out
-
-    def chunk(state: plan.TrainState) -> tuple[plan.TrainState, dict[str, Array]]:
-        before = state.metrics.episodes_total
-        # Learner statistics of the chunk's last SGD step only (see plan.make_plan's chunk).
-        state = plan.repeat(iteration, state, schedule.iterations_per_chunk, last=True)
-        return state, report(state, before)
+        return state._replace(metrics=metrics), out
 
     chunks = plan.count_chunks(config, schedule)
 
     def train(key: Array) -> tuple[plan.TrainState, dict[str, Array]]:
         return lax.scan(lambda s, _: chunk(s), init(key), None, length=chunks)
 
-    evaluate = make_evaluate(spec, networks, mapping, config.evaluation_num_episodes)
+    evaluate = make_evaluate(spec, networks, mapping, config.evaluation_num_episodes,
+                             explore=config.evaluation_config.explore)
 
     def act_greedy(params: dict[str, Any], obs: Array, policy_id: str) -> Array:
         """Greedy actions ``[B]`` of policy ``policy_id`` for observations ``[B, *obs]``."""
@@ -317,12 +321,19 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
 
 
 def make_evaluate(spec: multi_agent_envs.MultiAgentSpec, networks: dict[str, Any], mapping: dict[str, str],
-                  num_episodes: int) -> Callable[[Any, Array], evaluation.Evaluation]:
-    """``evaluate(params, key)``: one greedy joint episode per env; the return sums the agents'."""
+                  num_episodes: int, *, explore: bool = False) -> Callable[..., evaluation.Evaluation]:
+    """``evaluate(params, key, eps=0.0)``: one joint episode per env, greedy (or, with
+    ``explore``, epsilon-greedy at ``eps`` with noise); the return sums the agents'."""
 
-    def evaluate(params: dict[str, Any], key: Array) -> evaluation.Evaluation:
+    def evaluate(params: dict[str, Any], key: Array, eps: Array | float = 0.0) -> evaluation.Evaluation:
         def step(obs, env_state, memory, key):
-            actions = {a: evaluation.greedy_actions(networks[mapping[a]], params[mapping[a]], obs[a]) for a in spec.agents}
+            if explore:
+                key, *act_keys = jax.random.split(key, 1 + len(spec.agents))
+                actions = {a: evaluation.explore_actions(networks[mapping[a]], params[mapping[a]], obs[a], eps, k)
+                           for a, k in zip(spec.agents, act_keys)}
+            else:
+                actions = {a: evaluation.greedy_actions(networks[mapping[a]], params[mapping[a]], obs[a])
+                           for a in spec.agents}
             out, env_state = multi_agent_envs.step(spec, key, env_state, actions)
             first = spec.agents[0]  # the joint episode ends for all agents at once
             reward = sum(out.reward[a] for a in spec.agents)

@@ -2,10 +2,13 @@
 
 RLlib alternates, round robin, ``store`` (ParallelRollouts -> StoreToReplayBuffer) and
 ``replay`` (Replay -> TrainOneStep -> update priorities -> UpdateTargetNetwork) with weights
-from ``training_intensity``. Here one *iteration* is a static schedule: ``stores`` store steps
-then ``replays`` replay steps, the smallest integers whose ratio gives the requested
-intensity (replayed / sampled env steps) exactly in the long run; no ``lax.cond``. Warm-up until
-``learning_starts`` is its own scan of store steps.
+from ``training_intensity``. Here the requested intensity (replayed / sampled env steps) is
+``replays`` replay steps per ``stores`` store steps, an exact fraction (``make_schedule``), held
+exactly in the long run: when ``stores`` is small, one *iteration* is the static schedule of
+``stores`` store steps then ``replays`` replay steps (no ``lax.cond``); otherwise an iteration
+is one store step, which earns ``replays`` credit, then as many replay steps as the credit pays
+for at ``stores`` each (a loop with a traced trip count; the credit is ``TrainState.replay_credit``).
+Warm-up until ``learning_starts`` is its own scan of store steps.
 
 ``make_plan(config)`` returns a ``Plan`` of pure pieces: ``init(key)``, ``store``, ``replay``,
 ``iteration``, ``chunk(state)`` (``timesteps_per_iteration`` env steps and their report, for the
@@ -47,7 +50,7 @@ from jaxdqn.networks import QNetwork, make_network
 from jaxdqn.types import Sample
 
 Array = jax.Array
-RING = 100  # episodes over which RLlib reports episode_reward_mean (metrics_smoothing_episodes)
+MAX_STATIC_STORES = 64  # a replay ratio p / q with q up to this runs as a static schedule
 PRNG_IMPL = "philox4x32"  # the plan's random stream (see ``plan_key``)
 
 
@@ -74,7 +77,8 @@ def plan_key(key: Array, impl: str | None = PRNG_IMPL) -> Array:
 
 
 class Metrics(NamedTuple):
-    """On-device counters (RLlib's names) and the last ``ring_size(D)`` completed episodes."""
+    """On-device counters (RLlib's names), the last ``ring_size`` completed episodes, and the
+    counters at the last report (what a report's ``*_this_iter`` values count from)."""
 
     returns: Array  # [ring] float32
     lengths: Array  # [ring] int32
@@ -85,6 +89,9 @@ class Metrics(NamedTuple):
     num_target_updates: Array  # [] int32
     last_target_update_ts: Array  # [] int32
     learner: learner.LearnInfo  # of the last replay step (td_error dropped: [0])
+    episodes_at_report: Array  # [] int32, this replica's episodes_total at the last report
+    sampled_at_report: Array  # [] int32
+    trained_at_report: Array  # [] int32
 
 
 class TrainState(NamedTuple):
@@ -93,43 +100,115 @@ class TrainState(NamedTuple):
     actor: rollout.ActorState
     metrics: Metrics
     key: Array
+    replay_credit: Array  # [] int32: unpaid replays x ``schedule.stores`` (credit schedules; else 0)
 
 
 class Schedule(NamedTuple):
-    """Static shape of the plan."""
+    """Static shape of the plan: ``replays`` replay steps per ``stores`` store steps, exactly."""
 
     steps_per_store: int  # rollout_fragment_length * num_envs
-    stores: int  # store steps per iteration
-    replays: int  # replay steps per iteration
+    stores: int  # q of the ratio p / q (in lowest terms)
+    replays: int  # p
     warmup_stores: int  # store steps before learning starts
     iterations_per_chunk: int
+    credit: bool = False  # False: an iteration is `stores` stores, then `replays` replays; True: see the module doc
+
+    @property
+    def stores_per_iteration(self) -> int:
+        return 1 if self.credit else self.stores
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """Env steps sampled per iteration (all replicas)."""
+        return self.stores_per_iteration * self.steps_per_store
+
+
+def replay_ratio(config: DQNConfig) -> fractions.Fraction:
+    """Replay steps per store step: ``training_intensity * steps_per_store / replayed_steps`` (1
+    without ``training_intensity``: RLlib's native ratio), as the exact fraction of the decimal
+    the user wrote (``0.3`` is 3/10), its terms bounded so that the credit fits an int32."""
+    if config.training_intensity is None:
+        return fractions.Fraction(1)
+    per_store = config.rollout_fragment_length * config.num_envs
+    exact = fractions.Fraction(repr(float(config.training_intensity))) * per_store / replayed_steps(config)
+    limit = 1_000_000
+    ratio = exact.limit_denominator(limit)
+    while ratio.numerator + ratio.denominator >= 2**30 and limit > 1:
+        limit //= 10
+        ratio = exact.limit_denominator(limit)
+    if ratio == 0 or ratio.numerator + ratio.denominator >= 2**30:
+        raise ValueError(f"training_intensity={config.training_intensity} is invalid: it gives "
+                         f"{float(exact):.3g} replay steps per store step of {per_store} env steps; "
+                         f"use a value between {replayed_steps(config) / per_store / 1e6:.3g} and "
+                         f"{replayed_steps(config) / per_store * 1e8:.3g}")
+    return ratio
 
 
 def make_schedule(config: DQNConfig) -> Schedule:
-    """The round-robin weights as exact small integers (see the module docstring)."""
+    """The replay ratio as a static schedule when its denominator is at most
+    ``MAX_STATIC_STORES``, else as a credit schedule (see the module docstring)."""
     per_store = config.rollout_fragment_length * config.num_envs
-    per_replay = replayed_steps(config)
-    intensity = config.training_intensity or per_replay / per_store
-    # replays per store = intensity * per_store / per_replay, as a fraction of small integers.
-    ratio = fractions.Fraction(intensity * per_store / per_replay).limit_denominator(64)
-    if ratio == 0:
-        raise ValueError(f"training_intensity={config.training_intensity} gives less than one "
-                         f"replay per 64 stores; raise it")
-    stores, replays = ratio.denominator, ratio.numerator
-    iteration_steps = stores * per_store
-    return Schedule(
-        steps_per_store=per_store,
-        stores=stores,
-        replays=replays,
-        warmup_stores=math.ceil(config.learning_starts / per_store),
-        iterations_per_chunk=max(1, math.ceil(config.timesteps_per_iteration / iteration_steps)),
-    )
+    ratio = replay_ratio(config)
+    credit = ratio.denominator > MAX_STATIC_STORES
+    schedule = Schedule(steps_per_store=per_store, stores=ratio.denominator, replays=ratio.numerator,
+                        warmup_stores=math.ceil(config.learning_starts / per_store), iterations_per_chunk=1,
+                        credit=credit)
+    iterations = max(1, math.ceil(config.timesteps_per_iteration / schedule.steps_per_iteration))
+    return schedule._replace(iterations_per_chunk=iterations)
 
 
 def count_chunks(config: DQNConfig, schedule: Schedule) -> int:
     """Chunks that ``train`` runs: ``total_timesteps`` rounded up to whole chunks."""
-    per_chunk = schedule.iterations_per_chunk * schedule.stores * schedule.steps_per_store
+    per_chunk = schedule.iterations_per_chunk * schedule.steps_per_iteration
     return max(1, math.ceil(config.total_timesteps / per_chunk))
+
+
+def make_iteration(schedule: Schedule, store: Callable, replay: Callable
+                   ) -> tuple[Callable[[Any, Any], tuple[Any, None]], Callable[[Any], Any]]:
+    """``(iteration, run_chunk)`` of a schedule over the plan's ``store(state, _)`` and
+    ``replay(state, stats_due)`` steps (any state with a ``replay_credit`` field).
+
+    ``iteration(state, x)``: one iteration; with ``x`` None every replay computes the learner
+    statistics. ``run_chunk(state)``: ``iterations_per_chunk`` iterations in which only the
+    chunk's last replay computes them (RLlib reports the last SGD step's; skipping the rest
+    saves about a dozen small kernels per step). ``x`` is then, for a static schedule, whether
+    this is the chunk's last iteration; for a credit schedule, how many iterations follow in the
+    chunk (a replay is the last when none of them will have one).
+    """
+    if not schedule.credit:
+        def iteration(state: Any, last: Any = None) -> tuple[Any, None]:
+            state = repeat(store, state, schedule.stores)
+            return repeat(replay, state, schedule.replays, last=last), None
+
+        def run_chunk(state: Any) -> Any:
+            return repeat(iteration, state, schedule.iterations_per_chunk, last=True)
+
+        return iteration, run_chunk
+
+    p, q = schedule.replays, schedule.stores
+
+    def iteration(state: Any, remaining: Any = None) -> tuple[Any, None]:
+        state = store(state)[0]
+        credit = state.replay_credit + p
+        count = credit // q
+        credit = credit - count * q
+        if remaining is None:
+            last_in_chunk = None
+        else:  # no later iteration of the chunk pays for a replay: credit + remaining * p < q
+            last_in_chunk = remaining < (q - credit + p - 1) // p
+
+        def body(i: Array, state: Any) -> Any:
+            due = None if last_in_chunk is None else last_in_chunk & (i == count - 1)
+            return replay(state, due)[0]
+
+        state = state._replace(replay_credit=credit.astype(jnp.int32))
+        return lax.fori_loop(jnp.int32(0), count.astype(jnp.int32), body, state), None
+
+    def run_chunk(state: Any) -> Any:
+        n = schedule.iterations_per_chunk
+        return lax.scan(iteration, state, jnp.arange(n - 1, -1, -1, dtype=jnp.int32))[0]
+
+    return iteration, run_chunk
 
 
 def replayed_steps(config: DQNConfig) -> int:
@@ -157,9 +236,15 @@ def repeat(step: Callable[[Any, Any], tuple[Any, None]], state: Any, times: int,
     return lax.scan(step, state, flags)[0]
 
 
-def ring_size(num_replicas: int) -> int:
-    """Episodes each replica keeps, so that all replicas together report about the last ``RING``."""
-    return math.ceil(RING / num_replicas)
+def ring_size(config: DQNConfig, schedule: Schedule, num_replicas: int) -> int:
+    """Episodes each replica keeps: its share of ``metrics_smoothing_episodes``, and every episode
+    that one report can count (at most one per env step of the replica: a chunk's steps, plus
+    the warm-up's for the first report), so that RLlib's window of ``max(N, episodes this
+    iteration)`` always fits."""
+    smoothing = math.ceil(config.metrics_smoothing_episodes / num_replicas)
+    steps = (schedule.iterations_per_chunk * schedule.steps_per_iteration
+             + schedule.warmup_stores * schedule.steps_per_store + (config.n_step - 1) * config.num_envs)
+    return max(smoothing, math.ceil(steps / num_replicas))
 
 
 def record_episodes(metrics: Metrics, episodes: rollout.Episodes) -> Metrics:
@@ -183,12 +268,24 @@ def gatherer(axis_name: str | None) -> Callable[[Array], Array]:
     return lambda x: lax.all_gather(x, axis_name)
 
 
-def episode_report(ring: Any, gather: Callable[[Array], Array]) -> dict[str, Array]:
+def smoothing_window(new_episodes: Array, gather: Callable[[Array], Array], smoothing: int) -> Array:
+    """RLlib's ``CollectMetrics`` window, per replica: the episodes of this iteration when all
+    replicas together have at least ``smoothing`` (``metrics_smoothing_episodes``) of them, else
+    each replica's share of the last ``smoothing``. ``new_episodes`` [] is this replica's count."""
+    replicas = gather(new_episodes).shape[0]
+    enough = jnp.sum(gather(new_episodes)) >= smoothing
+    return jnp.where(enough, new_episodes, math.ceil(smoothing / replicas)).astype(jnp.int32)
+
+
+def episode_report(ring: Any, gather: Callable[[Array], Array], window: Array) -> dict[str, Array]:
     """RLlib's ``episode_reward_mean/min/max``, ``episode_len_mean`` and ``episodes_total`` over
-    the episode rings (``returns``, ``lengths``, ``episodes_total`` fields) of every replica."""
+    the last ``window`` [] episodes of each replica's ring (``returns``, ``lengths``,
+    ``ring_pos``, ``episodes_total`` fields)."""
     size = ring.returns.shape[0]
     totals = gather(ring.episodes_total)  # [D]
-    valid = jnp.arange(size)[None, :] < jnp.minimum(totals, size)[:, None]  # [D, ring]
+    count = jnp.minimum(jnp.minimum(totals, size), gather(window))  # [D]
+    age = (gather(ring.ring_pos)[:, None] - 1 - jnp.arange(size)[None, :]) % size  # [D, ring]: 0 newest
+    valid = age < count[:, None]
     nan = jnp.float32(jnp.nan)
     returns = jnp.where(valid, gather(ring.returns), nan)
     lengths = jnp.where(valid, gather(ring.lengths).astype(jnp.float32), nan)
@@ -210,6 +307,32 @@ def counters_report(m: Any) -> dict[str, Array]:
         "num_target_updates": m.num_target_updates,
         "last_target_update_ts": m.last_target_update_ts,
     }
+
+
+def report_markers() -> dict[str, Array]:
+    """The ``*_at_report`` fields of fresh metrics: the first report counts from zero, so it
+    includes the warm-up (every report's ``*_this_iter`` then sums to the totals)."""
+    zero = jnp.zeros((), jnp.int32)
+    return {"episodes_at_report": zero, "sampled_at_report": zero, "trained_at_report": zero}
+
+
+def close_report(m: Any, gather: Callable[[Array], Array], smoothing: int) -> tuple[dict[str, Array], Array, Any]:
+    """``(report, window, metrics)`` at the end of a reporting period: the counters, this
+    period's ``episodes_this_iter`` / ``timesteps_this_iter`` / ``num_steps_trained_this_iter``,
+    the episode statistics over RLlib's smoothing window (``window``, per replica, is returned
+    for the per-policy rings), and the metrics with their markers moved to now."""
+    new_episodes = m.episodes_total - m.episodes_at_report
+    window = smoothing_window(new_episodes, gather, smoothing)
+    report = {
+        **episode_report(m, gather, window),
+        "episodes_this_iter": jnp.sum(gather(new_episodes)),
+        "timesteps_this_iter": m.num_steps_sampled - m.sampled_at_report,
+        "num_steps_trained_this_iter": m.num_steps_trained - m.trained_at_report,
+        **counters_report(m),
+    }
+    m = m._replace(episodes_at_report=m.episodes_total, sampled_at_report=m.num_steps_sampled,
+                   trained_at_report=m.num_steps_trained)
+    return report, window, m
 
 
 # RLlib's ``before_learn_on_batch(batch, ...)``: a pure ``(sample, key) -> sample`` applied to
@@ -272,10 +395,9 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
     if recurrent:
         capacity = max(1, buffer_size // (seq_len - burn_in))
         per_store_items = -(-config.rollout_fragment_length // (seq_len - burn_in)) * num_envs
-        if per_store_items > capacity or batch_size > capacity:
+        if per_store_items > capacity:
             raise ValueError(f"buffer_size={config.buffer_size} holds {capacity} sequences of {seq_len} steps per "
-                             f"device, fewer than the {max(per_store_items, batch_size)} that one store or replay "
-                             f"step needs; raise buffer_size")
+                             f"device, fewer than the {per_store_items} that one store step adds; raise buffer_size")
     spec = envs.make_env(config.env, config.env_params)
     network = make_network(config, spec.num_actions)
     optimizer = learner.make_optimizer(config)
@@ -290,26 +412,31 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
     beta_points = [(0, config.prioritized_replay_beta),
                    (config.prioritized_replay_beta_annealing_timesteps, config.final_prioritized_replay_beta)]
 
+    view = rollout.make_view(clip_rewards=config.clip_rewards, no_done_at_end=config.no_done_at_end)
+    still = not config.explore  # explore=False: no noise either
+
     def policy(params_and_eps, obs, key, memory=None):
         params, eps = params_and_eps
         noise_key, act_key = jax.random.split(key)
         if memory is None:
-            q = network.apply(params, obs, rngs={"noise": noise_key}).q
-            return exploration.explore(act_key, q, eps, noisy=config.noisy)
+            q = network.apply(params, obs, deterministic=still, rngs={"noise": noise_key}).q
+            return exploration.epsilon_greedy(act_key, q, eps)
         out, state = network.apply(params, obs[:, None], memory.state, memory.first[:, None],
-                                   rngs={"noise": noise_key})
-        return exploration.explore(act_key, out.q[:, 0], eps, noisy=config.noisy), state
+                                   deterministic=still, rngs={"noise": noise_key})
+        return exploration.epsilon_greedy(act_key, out.q[:, 0], eps), state
 
     def fragment(params_and_eps, actor: rollout.ActorState, key: Array):
         """``(actor, items to store, episodes)`` of one rollout fragment."""
         if recurrent:
             return rollout.sequence_fragment(spec, policy, params_and_eps, actor, key, length=length,
                                              seq_len=seq_len, burn_in=burn_in, gamma=config.gamma,
-                                             zero_init_states=config.zero_init_states)
-        return rollout.fragment(spec, policy, params_and_eps, actor, key, length=length, gamma=config.gamma, n=n)
+                                             zero_init_states=config.zero_init_states, view=view)
+        return rollout.fragment(spec, policy, params_and_eps, actor, key, length=length, gamma=config.gamma, n=n,
+                                view=view)
 
     def behaviour(state: TrainState):
-        eps = exploration.epsilon(config.exploration_config, state.metrics.num_steps_sampled)
+        eps = exploration.behaviour_epsilon(config.exploration_config, state.metrics.num_steps_sampled,
+                                            explore=config.explore)
         return state.learner.params, eps
 
     def store(state: TrainState, _=None) -> tuple[TrainState, None]:
@@ -343,11 +470,7 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         )
         return state._replace(learner=learner_state, buffer=buffer, metrics=metrics, key=key), None
 
-    def iteration(state: TrainState, stats_due: Array | None = None) -> tuple[TrainState, None]:
-        """``schedule.stores`` stores, then ``schedule.replays`` replays; only the last replay
-        computes learner statistics when ``stats_due`` is False (see ``chunk``)."""
-        state = repeat(store, state, schedule.stores)
-        return repeat(replay, state, schedule.replays, last=stats_due), None
+    iteration, run_chunk = make_iteration(schedule, store, replay)
 
     def init(key: Array) -> TrainState:
         """Fresh learner, empty buffer, primed actor, then the warm-up stores."""
@@ -363,41 +486,32 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         learner_state = learner.init(network, optimizer, learner_key, actor.obs[:, None] if recurrent else actor.obs)
         zero = lambda dtype=jnp.int32: jnp.zeros((), dtype)  # noqa: E731
         info = learner.empty_info()
-        ring = ring_size(num_replicas)
+        ring = ring_size(config, schedule, num_replicas)
         metrics = Metrics(returns=jnp.zeros((ring,), jnp.float32), lengths=jnp.zeros((ring,), jnp.int32),
                           ring_pos=zero(), episodes_total=zero(), num_steps_sampled=zero(),
                           num_steps_trained=zero(), num_target_updates=zero(), last_target_update_ts=zero(),
-                          learner=info)
+                          learner=info, **report_markers())
         shapes = jax.eval_shape(lambda a, k: fragment((learner_state.params, 0.0), a, k)[1], actor, prime_key)
         example = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape[1:], s.dtype), shapes)  # one item
-        state = TrainState(learner=learner_state, buffer=buf.init(example), actor=actor, metrics=metrics, key=key)
+        state = TrainState(learner=learner_state, buffer=buf.init(example), actor=actor, metrics=metrics, key=key,
+                           replay_credit=zero())
         if not recurrent:  # fill the n-step look-ahead
-            actor, episodes = rollout.prime(spec, policy, behaviour(state), actor, prime_key)
+            actor, episodes = rollout.prime(spec, policy, behaviour(state), actor, prime_key, view)
             metrics = record_episodes(metrics, episodes)._replace(
                 num_steps_sampled=jnp.int32((n - 1) * config.num_envs))
             state = state._replace(actor=actor, metrics=metrics)
         return repeat(store, state, schedule.warmup_stores)
 
-
     gather = gatherer(axis_name)
 
-    def report(state: TrainState, episodes_before: Array) -> dict[str, Array]:
-        m = state.metrics
-        episodes = episode_report(m, gather)
-        return {
-            **episodes,
-            "episodes_this_iter": episodes["episodes_total"] - jnp.sum(gather(episodes_before)),
-            **counters_report(m),
-            **{k: v for k, v in m.learner._asdict().items() if k != "td_error"},
-        }
-
     def chunk(state: TrainState) -> tuple[TrainState, dict[str, Array]]:
-        """About ``timesteps_per_iteration`` env steps (whole iterations) and their report."""
-        before = state.metrics.episodes_total
-        # The report shows the learner statistics of the chunk's last SGD step (RLlib's); the
-        # other steps skip computing them.
-        state = repeat(iteration, state, schedule.iterations_per_chunk, last=True)
-        return state, report(state, before)
+        """About ``timesteps_per_iteration`` env steps (whole iterations) and their report (RLlib's
+        result: the learner statistics of the chunk's last SGD step, the counters since the last
+        report, the episodes of RLlib's smoothing window)."""
+        state = run_chunk(state)
+        report, _, metrics = close_report(state.metrics, gather, config.metrics_smoothing_episodes)
+        report.update({k: v for k, v in metrics.learner._asdict().items() if k != "td_error"})
+        return state._replace(metrics=metrics), report
 
     chunks = count_chunks(config, schedule)
 
@@ -405,7 +519,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         """``total_timesteps`` (rounded up to whole chunks); the reports are stacked per chunk."""
         return lax.scan(lambda s, _: chunk(s), init(key), None, length=chunks)
 
-    evaluate = evaluation.make_evaluate(spec, network, config.evaluation_num_episodes)
+    evaluate = evaluation.make_evaluate(spec, network, config.evaluation_num_episodes,
+                                        explore=config.evaluation_config.explore)
 
     def act(params: Any, obs: Array, memory: rollout.Memory | None = None) -> Any:
         """Greedy actions ``[B]`` for observations ``[B, *obs]`` (RLlib's compute_actions,

@@ -66,11 +66,41 @@ class Episodes(NamedTuple):
 
 
 Policy = Callable[..., Any]  # (params, obs [E, *obs], key) -> actions [E]; recurrent: see the module doc
+View = Callable[[RawStep], RawStep]  # what the learner sees of a step (see ``make_view``)
+
+
+def clip_reward(reward: Array, clip_rewards: Any) -> Array:
+    """RLlib's ``clip_rewards``: None / False keep ``reward``; True its sign; ``c`` clips to
+    ``[-c, c]``; ``(low, high)`` to ``[low, high]``."""
+    if clip_rewards is None or clip_rewards is False:
+        return reward
+    if clip_rewards is True:
+        return jnp.sign(reward)
+    low, high = clip_rewards if isinstance(clip_rewards, tuple) else (-clip_rewards, clip_rewards)
+    return jnp.clip(reward, low, high)
+
+
+def make_view(*, clip_rewards: Any = None, no_done_at_end: bool = False) -> View | None:
+    """The transform from an env step to the step the learner trains on: rewards clipped
+    (``clip_rewards``) and, with ``no_done_at_end``, a termination turned into a truncation (it
+    bootstraps; the episode still resets). Episode returns are the env's, unclipped. None when
+    nothing changes."""
+    if (clip_rewards is None or clip_rewards is False) and not no_done_at_end:
+        return None
+
+    def view(raw: RawStep) -> RawStep:
+        raw = raw._replace(reward=clip_reward(raw.reward, clip_rewards))
+        if no_done_at_end:
+            raw = raw._replace(terminated=jnp.zeros_like(raw.terminated), truncated=raw.truncated | raw.terminated)
+        return raw
+
+    return view
 
 
 def run_steps(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array,
-              num_steps: int) -> tuple[ActorState, RawStep, Episodes]:
-    """Step every environment ``num_steps`` times with ``policy``; raw steps ``[T, E]``."""
+              num_steps: int, view: View | None = None) -> tuple[ActorState, RawStep, Episodes]:
+    """Step every environment ``num_steps`` times with ``policy``; raw steps ``[T, E]`` as the
+    learner sees them (``view``), episodes as the env scored them."""
 
     def body(actor: ActorState, key: Array):
         act_key, env_key = jax.random.split(key)
@@ -86,6 +116,8 @@ def run_steps(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState
         raw = RawStep(obs=actor.obs, action=action.astype(jnp.int32), reward=out.reward,
                       terminated=out.terminated, truncated=out.truncated, next_obs=out.next_obs,
                       memory=actor.memory)
+        if view is not None:
+            raw = view(raw)
         episodes = Episodes(done=done, episode_return=ret, episode_length=length)
         actor = actor._replace(env_state=env_state, obs=out.obs,
                                episode_return=jnp.where(done, 0.0, ret),
@@ -131,11 +163,11 @@ def init(spec: envs.EnvSpec, key: Array, num_envs: int, n_step: int, *,
                       pending=init_pending(obs, num_envs, n_step, memory), memory=memory)
 
 
-def prime(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array
-          ) -> tuple[ActorState, Episodes]:
+def prime(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array,
+          view: View | None = None) -> tuple[ActorState, Episodes]:
     """Take the first ``n - 1`` steps into ``pending`` (no transitions yet)."""
     steps = actor.pending.action.shape[0]  # n - 1; a zero-length scan when n == 1
-    actor, raw, episodes = run_steps(spec, policy, params, actor, key, steps)
+    actor, raw, episodes = run_steps(spec, policy, params, actor, key, steps, view)
     return actor._replace(pending=raw), episodes
 
 
@@ -166,20 +198,21 @@ def extend_window(pending: RawStep, raw: RawStep) -> tuple[RawStep, RawStep]:
 
 
 def fragment(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array, *,
-             length: int, gamma: float, n: int) -> tuple[ActorState, Transition, Episodes]:
+             length: int, gamma: float, n: int, view: View | None = None
+             ) -> tuple[ActorState, Transition, Episodes]:
     """Run ``length`` steps per env; return ``length * E`` n-step transitions and the episodes."""
-    actor, raw, episodes = run_steps(spec, policy, params, actor, key, length)
+    actor, raw, episodes = run_steps(spec, policy, params, actor, key, length, view)
     window, pending = extend_window(actor.pending, raw)
     transitions = n_step_transitions(window, count=length, gamma=gamma, n=n)
     return actor._replace(pending=pending), transitions, episodes
 
 
 def sequence_fragment(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array, *,
-                      length: int, seq_len: int, burn_in: int, gamma: float, zero_init_states: bool
-                      ) -> tuple[ActorState, SequenceItem, Episodes]:
+                      length: int, seq_len: int, burn_in: int, gamma: float, zero_init_states: bool,
+                      view: View | None = None) -> tuple[ActorState, SequenceItem, Episodes]:
     """A recurrent actor's ``fragment``: ``length`` steps per env cut into sequence items
     (``sequence_items``); the last ``burn_in`` steps stay pending as the next slice's burn-in."""
-    actor, raw, episodes = run_steps(spec, policy, params, actor, key, length)
+    actor, raw, episodes = run_steps(spec, policy, params, actor, key, length, view)
     window, pending = extend_window(actor.pending, raw)
     items = sequence_items(window, seq_len=seq_len, burn_in=burn_in, gamma=gamma, zero_init_states=zero_init_states)
     return actor._replace(pending=pending), items, episodes

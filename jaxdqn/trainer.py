@@ -24,15 +24,16 @@ import numpy as np
 import jaxdqn
 from jaxdqn import checkpoint, exploration, parallel
 from jaxdqn.config import DQNConfig, algo_of, from_dict, to_dict
-from jaxdqn.plan import BatchHook, replayed_steps
+from jaxdqn.plan import BatchHook
 from jaxdqn.rollout import Memory
 
 # Keys that may differ between a checkpoint and the config that restores it: they change how
 # long or how often the shell runs things, never the state or the arithmetic of a step.
-RESUMABLE_KEYS = frozenset({"total_timesteps", "timesteps_per_iteration", "evaluation_num_episodes"})
+RESUMABLE_KEYS = frozenset({"total_timesteps", "timesteps_per_iteration", "evaluation_num_episodes",
+                            "evaluation_interval", "min_iter_time_s"})
 LEARNER_STATS = ("loss", "mean_q", "min_q", "max_q", "mean_td_error", "cur_lr", "grad_gnorm")
 EVAL_STREAM = 0x5EED  # folded into the seed for evaluation keys, apart from training's keys
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2
 
 
 def _scalar(x: Any) -> Any:
@@ -40,11 +41,24 @@ def _scalar(x: Any) -> Any:
     return float(value) if isinstance(value, float) else value
 
 
-def result_dict(report: Mapping[str, Any], *, iteration: int, timesteps_this_iter: int,
-                time_this_iter_s: float, time_total_s: float) -> dict[str, Any]:
-    """RLlib's result layout from one seed's chunk report (host scalars)."""
+THIS_ITER = ("episodes_this_iter", "timesteps_this_iter", "num_steps_trained_this_iter")
+
+
+def merge_reports(reports: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """One iteration's report from the reports of its chunks (several with ``min_iter_time_s``):
+    the ``*_this_iter`` counts summed, everything else the last chunk's."""
+    out = dict(reports[-1])
+    for key in THIS_ITER:
+        out[key] = sum(np.asarray(r[key]) for r in reports)
+    return out
+
+
+def result_dict(report: Mapping[str, Any], *, iteration: int, time_this_iter_s: float,
+                time_total_s: float) -> dict[str, Any]:
+    """RLlib's result layout from one seed's iteration report (host scalars)."""
     r = {k: _scalar(v) for k, v in report.items()}
-    trained_this_iter = r.pop("num_steps_trained_this_iter", None)
+    trained_this_iter = r.pop("num_steps_trained_this_iter")
+    timesteps_this_iter = r.pop("timesteps_this_iter")
     seconds = max(time_this_iter_s, 1e-9)
     if "loss" in r:
         learners = {"default_policy": {"learner_stats": {k: r[k] for k in LEARNER_STATS}}}
@@ -68,7 +82,7 @@ def result_dict(report: Mapping[str, Any], *, iteration: int, timesteps_this_ite
         "time_this_iter_s": time_this_iter_s,
         "time_total_s": time_total_s,
         "num_env_steps_sampled_throughput_per_sec": timesteps_this_iter / seconds,
-        "num_env_steps_trained_throughput_per_sec": (trained_this_iter or 0) / seconds,
+        "num_env_steps_trained_throughput_per_sec": trained_this_iter / seconds,
         "info": {
             "num_steps_sampled": r["num_steps_sampled"],
             "num_steps_trained": r["num_steps_trained"],
@@ -161,35 +175,54 @@ class Trainer:
 
     # --- RLlib's API ---------------------------------------------------------------------------
     def train(self) -> dict[str, Any] | list[dict[str, Any]]:
-        """One iteration: ``timesteps_per_iteration`` env steps (whole store/replay rounds)."""
-        state = self.state
-        self._state = None  # donated below: never keep a handle on deleted buffers
+        """One iteration: a chunk of ``timesteps_per_iteration`` env steps (whole store/replay
+        rounds), or more chunks until ``min_iter_time_s`` has passed; then, every
+        ``evaluation_interval`` iterations, an ``evaluate()`` whose results come under
+        ``"evaluation"`` (RLlib's ``Trainer.train``). The first iteration counts the warm-up's
+        steps and episodes too, so ``timesteps_this_iter`` sums to ``timesteps_total``."""
         start = time.perf_counter()
-        state, report = self._chunk(state)
-        report = self.runner.report_to_host(report)  # the one host round-trip: a few scalars per seed
-        self._state = state
+        reports = []
+        while not reports or time.perf_counter() - start < self.config.min_iter_time_s:
+            state = self.state
+            self._state = None  # donated below: never keep a handle on deleted buffers
+            state, report = self._chunk(state)
+            reports.append(self.runner.report_to_host(report))  # the host round-trip: a few scalars per seed
+            self._state = state
+        report = merge_reports(reports)
         seconds = time.perf_counter() - start
         self.iteration += 1
         self.time_total_s += seconds
-        s = self.plan.schedule  # a chunk is a static number of store and replay steps
-        sampled = s.iterations_per_chunk * s.stores * s.steps_per_store
-        trained = s.iterations_per_chunk * s.replays * replayed_steps(self.config)
-        report = {**report, "num_steps_trained_this_iter": trained}
         if self.num_seeds is None:
-            return result_dict(report, iteration=self.iteration, timesteps_this_iter=sampled,
-                               time_this_iter_s=seconds, time_total_s=self.time_total_s)
-        return [result_dict({k: np.asarray(v)[seed] if np.ndim(v) else v for k, v in report.items()},
-                            iteration=self.iteration, timesteps_this_iter=sampled, time_this_iter_s=seconds,
-                            time_total_s=self.time_total_s) for seed in range(self.num_seeds)]
+            results = result_dict(report, iteration=self.iteration, time_this_iter_s=seconds,
+                                  time_total_s=self.time_total_s)
+        else:
+            results = [result_dict({k: np.asarray(v)[seed] if np.ndim(v) else v for k, v in report.items()},
+                                   iteration=self.iteration, time_this_iter_s=seconds,
+                                   time_total_s=self.time_total_s) for seed in range(self.num_seeds)]
+        interval = self.config.evaluation_interval
+        if interval is not None and self.iteration % interval == 0:
+            evaluation = self.evaluate()
+            if self.num_seeds is None:
+                results.update(evaluation)
+            else:
+                for result, one in zip(results, evaluation):
+                    result.update(one)
+        return results
+
+    def _epsilon(self) -> Any:
+        """The behaviour policy's current epsilon (``[S]`` with seeds; 0 with ``explore=False``)."""
+        sampled = self.runner.unreplicate(self.state.metrics.num_steps_sampled)
+        return exploration.behaviour_epsilon(self.config.exploration_config, sampled, explore=self.config.explore)
 
     def evaluate(self) -> dict[str, Any] | list[dict[str, Any]]:
-        """``evaluation_num_episodes`` greedy episodes: ``{"evaluation": {episode_reward_mean, ...}}``."""
+        """``evaluation_num_episodes`` episodes, greedy or (``evaluation_config.explore``)
+        epsilon-greedy at the current epsilon: ``{"evaluation": {episode_reward_mean, ...}}``."""
         key = jax.random.fold_in(jax.random.fold_in(jax.random.key(self.config.seed), EVAL_STREAM),
                                  self.evaluations)
         self.evaluations += 1
         if self.num_seeds is not None:
             key = jax.random.split(key, self.num_seeds)
-        out = jax.device_get(self._evaluate(self.params, key))
+        out = jax.device_get(self._evaluate(self.params, key, self._epsilon()))
 
         def one(ret: np.ndarray, length: np.ndarray) -> dict[str, Any]:
             return {"evaluation": {
@@ -210,8 +243,10 @@ class Trainer:
         return [np.asarray(x[0]) for x in self.plan.network.initial_state(1)]
 
     def compute_single_action(self, observation: Any, state: list[Any] | None = None, *,
-                              policy_id: str | None = None, explore: bool = False, seed: int = 0) -> Any:
-        """The action for one observation: greedy, or epsilon-greedy at the current epsilon.
+                              policy_id: str | None = None, explore: bool | None = None, seed: int = 0) -> Any:
+        """The action for one observation: greedy, or epsilon-greedy at the current epsilon;
+        ``explore=None`` takes the config's ``explore`` (RLlib's default: True). Exploration
+        here is epsilon around the mean-weight network (noisy layers' noise is not sampled).
 
         A recurrent policy (``model.use_lstm``) also takes the ``state`` it returned for the
         previous observation of the episode (``None`` or ``get_initial_state()`` at an episode's
@@ -250,6 +285,8 @@ class Trainer:
             if state:
                 raise ValueError("state is only for recurrent policies (model.use_lstm=True); this one is feed-forward")
             action = int((self._act(params, obs[None], policy_id) if mapping else self._act(params, obs[None]))[0])
+        if explore is None:
+            explore = self.config.explore
         if explore:
             sampled = self._seed_view(self.runner.unreplicate(self.state.metrics.num_steps_sampled), seed)
             eps = float(exploration.epsilon(self.config.exploration_config, sampled))
@@ -351,4 +388,4 @@ class Trainer:
         return f"Trainer({algo_of(self.config)}, env={self.config.env!r}{seeds}, iteration={self.iteration})"
 
 
-__all__ = ["RESUMABLE_KEYS", "Trainer", "config_differences", "result_dict"]
+__all__ = ["RESUMABLE_KEYS", "Trainer", "config_differences", "merge_reports", "result_dict"]

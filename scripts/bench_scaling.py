@@ -35,10 +35,12 @@ NUM_ENVS, BATCH, BUFFER, STARTS = 16, 128, 10_000, 10_000
 def worker(devices: int, seeds: int | None, timesteps: int, repeats: int) -> dict:
     import jax
 
-    from jaxdqn import ExplorationConfig, ModelConfig, SimpleQConfig, parallel
+    from jaxdqn import DQNConfig, ExplorationConfig, ModelConfig, parallel
     from jaxdqn.plan import make_plan
 
-    config = SimpleQConfig(
+    # SimpleQ's network and replay, at a training_intensity (a DQN key: RLlib's SimpleQ has none).
+    config = DQNConfig(
+        prioritized_replay=False, double_q=False, dueling=False, hiddens=(),
         env="CartPole-v1", total_timesteps=timesteps, num_envs_per_worker=NUM_ENVS, rollout_fragment_length=1,
         train_batch_size=BATCH, training_intensity=BATCH / 10, buffer_size=BUFFER, learning_starts=STARTS,
         target_network_update_freq=500, td_error_loss_fn="mse", lr=2.5e-4, grad_clip=None,

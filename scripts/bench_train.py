@@ -45,7 +45,7 @@ NUM_ENVS, BATCH, BUFFER, STARTS, TARGET_FREQ, LR = 10, 128, 10_000, 10_000, 500,
 def purejaxrl_config(timesteps: int, prioritized: bool = False) -> DQNConfig:
     common = dict(
         env="CartPole-v1", total_timesteps=timesteps, num_envs_per_worker=NUM_ENVS,
-        rollout_fragment_length=1, train_batch_size=BATCH, training_intensity=BATCH / NUM_ENVS,
+        rollout_fragment_length=1, train_batch_size=BATCH,  # RLlib's native ratio: BATCH / NUM_ENVS
         buffer_size=BUFFER, learning_starts=STARTS, target_network_update_freq=TARGET_FREQ,
         td_error_loss_fn="mse", lr=LR, grad_clip=None, timesteps_per_iteration=10_000,
         model=ModelConfig(fcnet_hiddens=(120, 84), fcnet_activation="relu"),

@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from jaxdqn import buffers
@@ -23,15 +24,32 @@ def test_bad_priority_arguments(kwargs, match):
 
 
 @pytest.mark.parametrize("factory", FACTORIES)
-def test_batch_larger_than_capacity_or_not_static(factory):
+def test_batch_below_one_not_static_or_from_an_empty_buffer(factory):
     buf = factory(4)
-    state = buf.add(buf.init(jnp.zeros(2)), jnp.ones((3, 2)))
-    with pytest.raises(ValueError, match="batch_size"):
-        buf.sample(state, jax.random.key(0), 5)
+    empty = buf.init(jnp.zeros(2))
+    state = buf.add(empty, jnp.ones((3, 2)))
     with pytest.raises(ValueError, match="batch_size"):
         buf.sample(state, jax.random.key(0), 0)
     with pytest.raises(TypeError, match="batch_size"):
         jax.jit(lambda s, b: buf.sample(s, jax.random.key(0), b))(state, 2)
+    with pytest.raises(ValueError, match="empty buffer"):
+        buf.sample(empty, jax.random.key(0), 2)
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+@pytest.mark.parametrize("batch_size", [1, 3, 4, 5, 64])
+def test_any_batch_size_draws_with_replacement_from_the_items_held(factory, batch_size):
+    """RLlib and flashbax sample with replacement: a batch may exceed the capacity or the items
+    held; every index is a slot holding an item, and the items are those slots' rows."""
+    buf = factory(4)
+    state = buf.add(buf.init(jnp.zeros(2)), jnp.arange(6.0).reshape(3, 2))
+    for sample in (buf.sample, jax.jit(buf.sample, static_argnums=2)):
+        s = sample(state, jax.random.key(batch_size), batch_size)
+        idx = np.asarray(s.indices)
+        assert idx.shape == (batch_size,) and set(idx.tolist()) <= {0, 1, 2}
+        np.testing.assert_array_equal(np.asarray(s.items), np.arange(6.0).reshape(3, 2)[idx])
+    if batch_size == 64:  # every held item is drawn somewhere in a large batch
+        assert set(idx.tolist()) == {0, 1, 2}
 
 
 @pytest.mark.parametrize("factory", FACTORIES)

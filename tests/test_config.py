@@ -27,7 +27,6 @@ def test_defaults_follow_rllib_1x():
     "changes, key",
     [
         (dict(buffer_size=-1), "buffer_size"),
-        (dict(train_batch_size=64, buffer_size=32), "train_batch_size"),
         (dict(n_step=0), "n_step"),
         (dict(num_atoms=51, v_min=10.0, v_max=-10.0), "v_min"),
         (dict(gamma=1.5), "gamma"),
@@ -42,7 +41,6 @@ def test_defaults_follow_rllib_1x():
         (dict(burn_in=3, replay_sequence_length=3, model=ModelConfig(use_lstm=True)), "burn_in"),
         (dict(replay_sequence_length=8), "replay_sequence_length"),
         (dict(burn_in=2), "burn_in"),  # burn-in without an LSTM
-        (dict(model=ModelConfig(use_lstm=True, max_seq_len=4), train_batch_size=64, buffer_size=200), "train_batch_size"),
         (dict(rollout_fragment_length=2.5), "rollout_fragment_length"),
         (dict(double_q="yes"), "double_q"),
         (dict(exploration_config=dict(type="SoftQ")), "exploration_config.type"),
@@ -55,6 +53,37 @@ def test_defaults_follow_rllib_1x():
 def test_invalid_values_name_the_key(changes, key):
     with pytest.raises(ValueError, match=rf"^{key.replace('.', '[.]')}="):
         DQNConfig(**changes)
+
+
+def test_rollout_fragment_length_holds_at_least_n_step():
+    """RLlib DQN's validate_config: rollout_fragment_length = max(rollout_fragment_length, n_step)."""
+    assert DQNConfig(n_step=7, rollout_fragment_length=4).rollout_fragment_length == 7
+    assert DQNConfig(n_step=3, rollout_fragment_length=4).rollout_fragment_length == 4
+    assert DQNConfig.from_rllib({"n_step": 5, "rollout_fragment_length": 1}).rollout_fragment_length == 5
+
+
+def test_simple_q_refuses_what_rllibs_simple_q_does_not_do():
+    assert SimpleQConfig().grad_clip is None and DQNConfig().grad_clip == 40.0
+    for key, value in [("grad_clip", 40.0), ("lr_schedule", [[0, 1e-3], [100, 1e-4]]), ("training_intensity", 4.0),
+                       ("adam_epsilon", 1e-4)]:
+        with pytest.raises(ValueError, match=f"^{key}=.*SimpleQ requires {key}="):
+            SimpleQConfig(**{key: value})
+        with pytest.raises(ValueError, match=f"^{key}="):
+            SimpleQConfig.from_rllib({key: value})
+
+
+def test_new_rllib_keys_are_validated_and_stored():
+    c = DQNConfig.from_rllib({"clip_rewards": True, "no_done_at_end": True, "explore": False,
+                              "evaluation_interval": 3, "evaluation_config": {"explore": True},
+                              "metrics_num_episodes_for_smoothing": 20, "min_time_s_per_reporting": 2})
+    assert (c.clip_rewards, c.no_done_at_end, c.explore, c.evaluation_interval) == (True, True, False, 3)
+    assert c.evaluation_config.explore and c.metrics_smoothing_episodes == 20 and c.min_iter_time_s == 2
+    assert DQNConfig(clip_rewards=[-1, 2]).clip_rewards == (-1.0, 2.0)
+    for changes, key in [(dict(clip_rewards="sign"), "clip_rewards"), (dict(evaluation_interval=0), "evaluation_interval"),
+                         (dict(explore=1), "explore"), (dict(metrics_smoothing_episodes=0), "metrics_smoothing_episodes"),
+                         (dict(min_iter_time_s=-1), "min_iter_time_s"), (dict(grad_clip_mode="norm"), "grad_clip_mode")]:
+        with pytest.raises(ValueError, match=f"^{key}="):
+            DQNConfig(**changes)
 
 
 def test_simple_q_refuses_dqn_extensions():
@@ -108,7 +137,14 @@ def test_from_rllib_maps_a_users_dict():
         ({"exploration_config": {"type": "EpsilonGreedy", "temperature": 1.0}}, "exploration_config.temperature"),
         ({"exploration_config": {"type": "ParameterNoise"}}, "exploration_config.type"),
         ({"multiagent": {"policies": {"a": None, "b": None}}}, "multiagent"),
-        ({"evaluation_config": {"explore": True}}, "evaluation_config.explore"),
+        ({"evaluation_config": {"env_config": {}}}, "evaluation_config.env_config"),
+        ({"batch_mode": "complete_episodes"}, "batch_mode"),
+        ({"observation_filter": "MeanStdFilter"}, "observation_filter"),
+        ({"worker_side_prioritization": True}, "worker_side_prioritization"),
+        ({"soft_horizon": True}, "soft_horizon"),
+        ({"model": {"lstm_use_prev_action": True}}, "model.lstm_use_prev_action"),
+        ({"multiagent": {"policies": {"a": None}, "observation_fn": print}}, "multiagent.observation_fn"),
+        ({"clip_rewards": -1.0}, "clip_rewards"),
         ({"replay_buffer_config": {"type": "ReservoirReplayBuffer"}}, "replay_buffer_config.type"),
         ({"n_step": 0}, "n_step"),
         ({"multiagent": {"replay_mode": "lockstep"}}, "lockstep.*prioritized"),

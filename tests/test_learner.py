@@ -5,11 +5,12 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxdqn import DQNConfig, ModelConfig, SimpleQConfig, exploration, learner
+from jaxdqn import DQNConfig, ExplorationConfig, ModelConfig, SimpleQConfig, exploration, learner
 from jaxdqn.networks import make_network
 from jaxdqn.types import Sample, Transition
 
@@ -118,23 +119,28 @@ def test_train_step_traces_once():
     assert int(state.num_updates) == 3
 
 
-def test_target_syncs_every_freq_sampled_steps_whatever_the_step_size():
+@pytest.mark.parametrize("step, want", [
+    (3, [12, 24, 36, 48, 60, 72, 84, 96]),  # never only every lcm(3, 10) = 30
+    (5, [15, 30, 45, 60, 75, 90]),  # strict: 10 - 0 is not more than 10
+])
+def test_target_syncs_when_more_than_freq_steps_were_sampled(step, want):
+    """RLlib 1.x's UpdateTargetNetwork: sync when sampled - last_update > freq."""
     config = DQNConfig(model=ModelConfig(fcnet_hiddens=(4,)), hiddens=(4,))
     net = make_network(config, 2)
     opt = learner.make_optimizer(config)
     state = learner.init(net, opt, jax.random.key(0), jnp.zeros((1, 2)))
     synced_at, last = [], 0
     expected = []
-    for t in range(3, 100, 3):  # steps of 3, period 10: fires at 12, 24, 36, ... (never lcm = 30)
+    for t in range(step, 100, step):
         state = state._replace(params=jax.tree_util.tree_map(lambda x: x + 1.0, state.params))
         state, synced = learner.sync_target(state, t, target_network_update_freq=10)
         if synced:
             synced_at.append(t)
             jax.tree_util.tree_map(np.testing.assert_array_equal, state.target_params, state.params)
-        if t - last >= 10:
+        if t - last > 10:
             expected.append(t)
             last = t
-    assert synced_at == expected == [12, 24, 36, 48, 60, 72, 84, 96]
+    assert synced_at == expected == want
 
 
 def test_polyak_tau():
@@ -156,7 +162,8 @@ def test_lr_schedule_and_epsilon_follow_rllib_piecewise_schedules():
 
 
 def test_cur_lr_is_reported_and_applied():
-    config = SimpleQConfig(lr_schedule=[[0, 1e-2], [10, 0.0]], model=ModelConfig(fcnet_hiddens=(4,)), grad_clip=None)
+    config = DQNConfig(lr_schedule=[[0, 1e-2], [10, 0.0]], model=ModelConfig(fcnet_hiddens=(4,)), grad_clip=None,
+                       double_q=False, dueling=False, hiddens=())
     net, state, step, sample = probe_setup(config)
     new, info = step(state, sample, env_steps=jnp.int32(10), key=jax.random.key(0))  # lr is 0 there
     assert float(info.cur_lr) == 0.0
@@ -176,21 +183,62 @@ def test_epsilon_greedy():
     assert abs((actions != 1).mean() - 0.3 * 2 / 3) < 0.03
 
 
-def test_noisy_nets_explore_through_their_noise_not_epsilon():
+def test_noisy_nets_explore_through_their_noise_and_epsilon():
+    """As RLlib's DQN: noisy layers change the greedy action from call to call, and the
+    exploration_config's epsilon still applies on top (epsilon 0: noise only)."""
     from jaxdqn.networks import QNetwork
 
     net = QNetwork(num_actions=4, fcnet_hiddens=(16,), hiddens=(16,), noisy=True, sigma0=2.0)
     obs = jnp.ones((1, 3))
     params = net.init({"params": jax.random.key(0), "noise": jax.random.key(1)}, obs)
     actions = {
-        int(exploration.explore(jax.random.key(9), net.apply(params, obs, rngs={"noise": jax.random.key(i)}).q,
-                                1.0, noisy=True)[0])
+        int(exploration.epsilon_greedy(jax.random.key(9), net.apply(params, obs, rngs={"noise": jax.random.key(i)}).q,
+                                       0.0)[0])
         for i in range(60)
     }
-    assert len(actions) > 1  # the noise changes the greedy action
+    assert len(actions) > 1  # the noise alone changes the greedy action
     q = net.apply(params, obs, deterministic=True).q
-    assert {int(exploration.explore(jax.random.key(i), q, 1.0, noisy=True)[0]) for i in range(20)} == {
-        int(jnp.argmax(q))}  # epsilon is ignored
+    drawn = [int(exploration.epsilon_greedy(jax.random.key(i), q, 1.0)[0]) for i in range(200)]
+    assert set(drawn) == {0, 1, 2, 3}  # epsilon 1 on the same Q-values: uniform actions
+
+
+def test_behaviour_epsilon_is_zero_without_exploration():
+    config = ExplorationConfig(initial_epsilon=1.0, final_epsilon=0.1, epsilon_timesteps=100)
+    assert float(exploration.behaviour_epsilon(config, 50, explore=True)) == pytest.approx(0.55)
+    assert float(exploration.behaviour_epsilon(config, 50, explore=False)) == 0.0
+
+
+@pytest.mark.parametrize("mode", ["global_norm", "per_tensor"])
+def test_gradient_clipping_modes_match_their_formulas(mode):
+    """global_norm: every tensor scaled by c / max(c, ||all||) (torch's clip_grad_norm_, RLlib's
+    torch policies); per_tensor: each by c / max(c, ||g||) (tf.clip_by_norm, RLlib's tf ones)."""
+    rng = np.random.default_rng(0)
+    steps = [{"a": rng.normal(size=(3, 4)).astype(np.float32) * 5, "b": rng.normal(size=(2,)).astype(np.float32) * 0.1},
+             {"a": rng.normal(size=(3, 4)).astype(np.float32) * 0.01, "b": rng.normal(size=(2,)).astype(np.float32) * 3}]
+    clip = 1.0
+
+    def clipped(g):
+        if mode == "per_tensor":
+            return {k: v * clip / max(clip, np.linalg.norm(v)) for k, v in g.items()}
+        total = np.sqrt(sum(np.sum(v ** 2) for v in g.values()))
+        return {k: v * clip / max(clip, total) for k, v in g.items()}
+
+    if mode == "per_tensor":
+        clip_fn = learner.clip_each_by_norm(clip)
+        out, _ = clip_fn.update(jax.tree_util.tree_map(jnp.asarray, steps[0]), clip_fn.init(steps[0]))
+        for k in out:
+            np.testing.assert_allclose(out[k], clipped(steps[0])[k], rtol=1e-6)
+    # The optimizer of the mode: Adam on the clipped gradients (two steps, so that the clip's
+    # scale shows in Adam's moments).
+    params = jax.tree_util.tree_map(jnp.zeros_like, steps[0])
+    opt = learner.make_optimizer(DQNConfig(grad_clip=clip, grad_clip_mode=mode, lr=0.1))
+    adam = optax.adam(0.1, eps=1e-8)
+    state, ref_state = opt.init(params), adam.init(params)
+    for g in steps:
+        update, state = opt.update(jax.tree_util.tree_map(jnp.asarray, g), state, params)
+        want, ref_state = adam.update(jax.tree_util.tree_map(jnp.asarray, clipped(g)), ref_state, params)
+        for k in g:
+            np.testing.assert_allclose(update[k], want[k], rtol=1e-5, atol=1e-7)
 
 
 @settings(max_examples=60, deadline=None)

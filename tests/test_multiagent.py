@@ -174,7 +174,7 @@ def test_trainer_reports_rllib_multiagent_results_and_round_trips(tmp_path):
     assert again["info"]["learner"]["p1"]["learner_stats"] == after["info"]["learner"]["p1"]["learner_stats"]
     obs = np.zeros(4, np.float32)
     expected = int(np.argmax(trainer.plan.network["p1"].apply(trainer.params["p1"], obs[None], deterministic=True).q))
-    assert trainer.compute_single_action(obs, policy_id="p1") == expected
+    assert trainer.compute_single_action(obs, policy_id="p1", explore=False) == expected
     with pytest.raises(ValueError, match="policy_id"):
         trainer.compute_single_action(obs, policy_id="p7")
     assert np.isfinite(trainer.evaluate()["evaluation"]["episode_reward_mean"])

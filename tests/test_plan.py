@@ -1,5 +1,8 @@
 """The execution plan: replay ratio, target syncs, one trace per chunk, independent seeds."""
 
+import fractions
+import math
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -11,44 +14,76 @@ from jaxdqn.plan import PRNG_IMPL, make_plan, make_schedule, make_train, plan_ke
 
 TINY = dict(buffer_size=2000, learning_starts=64, num_envs_per_worker=4, timesteps_per_iteration=256,
             total_timesteps=512, model=ModelConfig(fcnet_hiddens=(16,)), train_batch_size=16)
+# DQN reduced to SimpleQ's network and replay, where a test needs DQN-only keys (training_intensity).
+PLAIN = dict(TINY, prioritized_replay=False, double_q=False, dueling=False, hiddens=())
 
 
-@pytest.mark.parametrize("intensity", [None, 4.0, 6.0, 1.0])
-def test_trained_over_sampled_matches_training_intensity(intensity):
-    config = SimpleQConfig(training_intensity=intensity, **TINY)
-    schedule = make_schedule(config)
+def replays_after(config, stores):
+    """Replay steps RLlib's round robin makes after ``stores`` store steps at ``training_intensity``,
+    in exact arithmetic (the decimal the user wrote): floor(stores * intensity * per_store / per_replay)."""
+    if config.training_intensity is None:  # RLlib's native ratio: one replay per store
+        return stores
+    per_store = config.rollout_fragment_length * config.num_envs
+    return math.floor(stores * fractions.Fraction(str(config.training_intensity)) * per_store
+                      / config.train_batch_size)
+
+
+@pytest.mark.parametrize("intensity", [None, 4.0, 6.0, 1.0, 1.5, 0.08, 0.3, 2.7, 13.37, 0.77, 0.013])
+def test_replays_follow_training_intensity_exactly(intensity):
+    """After any number of store steps, the replays made are those of the exact ratio, rounded
+    down: 0.08 stays 0.08 (not 1/64 replays per store), 0.3 stays 0.3."""
+    config = DQNConfig(**{**PLAIN, "training_intensity": intensity, "timesteps_per_iteration": 512})
     plan = make_plan(config)
-    init, chunk = plan.init, plan.chunk
-    state = jax.jit(init)(jax.random.key(0))
-    start_sampled = int(state.metrics.num_steps_sampled)
-    state, report = jax.jit(chunk)(state)
-    sampled = int(report["num_steps_sampled"]) - start_sampled
-    trained = int(report["num_steps_trained"])
-    native = config.train_batch_size / (config.rollout_fragment_length * config.num_envs)  # 1.0 here
-    want = intensity or native
-    assert trained / sampled == pytest.approx(want, rel=0.02), schedule
+    state = jax.jit(plan.init)(jax.random.key(0))
+    iteration = jax.jit(plan.iteration)
+    stores = 0
+    for _ in range(3 * plan.schedule.iterations_per_chunk):
+        state = iteration(state)[0]
+        stores += plan.schedule.stores_per_iteration
+        trained = int(state.metrics.num_steps_trained) // config.train_batch_size
+        if plan.schedule.credit:  # exact after every store
+            assert trained == replays_after(config, stores)
+    assert trained == replays_after(config, stores)  # a static schedule: after whole iterations
+    want = intensity or config.train_batch_size / (config.rollout_fragment_length * config.num_envs)
+    sampled = stores * plan.schedule.steps_per_store
+    assert abs(trained * config.train_batch_size - want * sampled) < config.train_batch_size
 
 
-def test_fractional_intensity_is_an_exact_static_schedule():
-    config = SimpleQConfig(training_intensity=1.5, **TINY)  # 3 replays per 2 stores
+# RLlib's defaults: 4 env steps per store, 32 per replay, so replays per store = intensity / 8.
+@pytest.mark.parametrize("intensity, stores, replays, credit", [
+    (12.0, 2, 3, False), (64.0, 1, 8, False), (0.08, 100, 1, True), (0.3, 80, 3, True), (2.7, 80, 27, True)])
+def test_the_schedule_is_static_for_small_fractions_and_a_credit_otherwise(intensity, stores, replays, credit):
+    config = DQNConfig(training_intensity=intensity)
     schedule = make_schedule(config)
-    assert (schedule.stores, schedule.replays) == (2, 3)
+    ratio = fractions.Fraction(replays, stores)
+    assert fractions.Fraction(schedule.replays, schedule.stores) == ratio
+    assert schedule.credit == credit
+    if credit:  # an iteration is one store; a static one all of its stores
+        assert schedule.stores_per_iteration == 1
+    else:
+        assert schedule.stores_per_iteration == schedule.stores
 
 
-def test_target_syncs_every_freq_sampled_steps():
-    config = SimpleQConfig(target_network_update_freq=40, **TINY)  # stores of 16 steps
+def test_a_tiny_or_absurd_training_intensity_is_refused_naming_the_key():
+    with pytest.raises(ValueError, match="training_intensity"):
+        make_schedule(DQNConfig(**{**PLAIN, "training_intensity": 1e-9}))
+
+
+def test_target_syncs_when_more_than_freq_steps_were_sampled():
+    config = SimpleQConfig(target_network_update_freq=48, **TINY)  # stores of 16 steps
     schedule = make_schedule(config)
     plan = make_plan(config)
     init, chunk = plan.init, plan.chunk
     state = jax.jit(init)(jax.random.key(0))
     sampled = int(state.metrics.num_steps_sampled)
     state, report = jax.jit(chunk)(state)
-    # Simulate RLlib's rule over the same schedule: replays check sampled - last >= freq.
+    # RLlib 1.x's UpdateTargetNetwork over the same schedule: a replay syncs when sampled - last > freq
+    # (strictly: with steps of 16 and freq 48 every 64 steps, not every 48).
     last, count = 0, 0
     for _ in range(schedule.iterations_per_chunk):
         sampled += schedule.stores * schedule.steps_per_store
         for _ in range(schedule.replays):
-            if sampled - last >= 40:
+            if sampled - last > 48:
                 count, last = count + 1, sampled
     assert int(report["num_target_updates"]) == count > 3
     assert int(report["last_target_update_ts"]) == last
@@ -181,7 +216,8 @@ def test_an_iteration_compiles_to_straight_line_code_without_rng_loops():
         assert count_while_loops(make_plan(config, prng_impl=None)) > 0
 
 
-@pytest.mark.parametrize("training_intensity", [None, 12.0])  # one and several replays per iteration
+# one and several replays per iteration; credit schedules with fewer and more than one per store
+@pytest.mark.parametrize("training_intensity", [None, 12.0, 0.77, 13.37])
 def test_a_chunk_reports_the_statistics_of_its_last_sgd_step(training_intensity):
     """Inside a chunk only the last replay computes the learner statistics (``stats_due``); the
     state and the reported statistics must equal those of iterations that compute them at every
@@ -204,8 +240,10 @@ def test_a_chunk_reports_the_statistics_of_its_last_sgd_step(training_intensity)
 
 
 def assert_equal_but_learner_stats(a, b):
-    """Two ``TrainState``s equal bit for bit, except their ``metrics.learner`` statistics."""
-    a, b = (s._replace(metrics=s.metrics._replace(learner=None)) for s in (a, b))
+    """Two ``TrainState``s equal bit for bit, except their ``metrics.learner`` statistics and the
+    counters at the last report (a chunk reports; iterations alone do not)."""
+    unreported = dict(learner=None, episodes_at_report=None, sampled_at_report=None, trained_at_report=None)
+    a, b = (s._replace(metrics=s.metrics._replace(**unreported)) for s in (a, b))
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
         if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
             x, y = jax.random.key_data(x), jax.random.key_data(y)

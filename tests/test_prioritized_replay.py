@@ -86,6 +86,21 @@ def test_draw_frequencies_match_priorities_and_unwritten_slots_are_never_drawn()
     assert chi2_statistic(counts, ref.probabilities()) < chi2_critical(filled - 1)
 
 
+def test_batches_larger_than_the_buffer_follow_the_priorities():
+    """A batch of 5x the capacity (with replacement) draws by the same distribution."""
+    capacity, filled = 8, 6
+    buf, add, _, update = jitted(capacity)
+    state = add(buf.init(jnp.zeros((), jnp.int32)), jnp.arange(filled, dtype=jnp.int32))
+    ref = NumpyPrioritized(capacity, ALPHA, EPS, dtype=np.int32)
+    ref.add(np.arange(filled))
+    td = np.array([0.1, 1.0, 2.0, 0.5, 3.0, 0.2], np.float32)
+    state = update(state, jnp.arange(filled, dtype=jnp.int32), jnp.asarray(td))
+    ref.update(np.arange(filled), td)
+    counts = draw_counts(state, buf, capacity, batch=5 * capacity)
+    assert counts[filled:].sum() == 0
+    assert chi2_statistic(counts, ref.probabilities()) < chi2_critical(filled - 1)
+
+
 def test_weights_follow_the_formula_and_the_least_likely_item_gets_one():
     capacity = 8
     buf, add, sample, update = jitted(capacity)

@@ -114,7 +114,7 @@ def test_sequence_loss_matches_a_step_by_step_reference(burn_in, n, double_q, wi
     config, net, _, items, state = recurrent_setup(burn_in=burn_in, n_step=n, double_q=double_q,
                                                    with_state=with_state)
     weights = jnp.array([1.0, 0.5, 0.25])
-    loss, (priority, q_selected) = jax.jit(learner.make_sequence_loss(config, net, eta=0.9))(
+    loss, (priority, q_selected, mean_td_error) = jax.jit(learner.make_sequence_loss(config, net, eta=0.9))(
         state.params, state.target_params, items, weights, jax.random.key(1))
     td = reference_td(net, state.params, state.target_params, items, burn_in=burn_in, n=n, double_q=double_q)
     trained = ~np.isnan(td)
@@ -125,6 +125,8 @@ def test_sequence_loss_matches_a_step_by_step_reference(burn_in, n, double_q, wi
     expected_priority = 0.9 * np.nanmax(abs_td, axis=1) + 0.1 * np.nanmean(abs_td, axis=1)
     np.testing.assert_allclose(np.asarray(priority), expected_priority, rtol=1e-4, atol=1e-6)
     np.testing.assert_array_equal(np.isnan(np.asarray(q_selected)), ~trained)
+    # RLlib's statistic: the mean of Q - target over every trained step (td is target - Q)
+    np.testing.assert_allclose(float(mean_td_error), -np.nanmean(td), rtol=1e-4, atol=1e-6)
 
 
 def test_burn_in_steps_carry_no_gradient_and_padding_no_loss():
@@ -154,7 +156,7 @@ def test_recurrent_train_step_gives_one_priority_per_sequence():
     assert info.td_error.shape == (3,) and bool(jnp.all(info.td_error >= 0))
     assert np.isfinite(float(info.mean_q)) and float(info.min_q) <= float(info.max_q)
     # the train step hands the loss's per-sequence priorities on for the buffer update
-    _, (priority, _) = learner.make_sequence_loss(config, net)(
+    _, (priority, _, _) = learner.make_sequence_loss(config, net)(
         state.params, state.target_params, items, jnp.ones(3), jax.random.key(2))
     np.testing.assert_allclose(info.td_error, priority, rtol=1e-5)
 
@@ -239,7 +241,7 @@ def test_trainer_round_trips_a_recurrent_run_and_acts_with_state(tmp_path):
     obs = np.asarray(jax.random.normal(jax.random.key(3), (4, 3)))
     state, actions = None, []
     for o in obs:
-        action, state = trainer.compute_single_action(o, state)
+        action, state = trainer.compute_single_action(o, state, explore=False)
         actions.append(action)
     assert [s.shape for s in state] == [(8,), (8,)]
     out, _ = trainer.plan.network.apply(trainer.params, jnp.asarray(obs)[None], deterministic=True)

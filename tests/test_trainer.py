@@ -153,10 +153,15 @@ def test_compute_single_action_is_the_greedy_action_of_the_q_network():
     obs = np.random.default_rng(0).normal(size=(20, 4)).astype(np.float32)
     q = trainer.plan.network.apply(trainer.params, obs, deterministic=True).q
     expected = np.argmax(np.asarray(q), axis=-1)
-    assert [trainer.compute_single_action(o) for o in obs] == expected.tolist()
+    assert [trainer.compute_single_action(o, explore=False) for o in obs] == expected.tolist()
     # explore=True: epsilon-greedy at the current epsilon (~0.98 after 320 of 10k steps), a fresh draw per call.
     explored = [trainer.compute_single_action(obs[0], explore=True) for _ in range(400)]
     assert 0.4 < np.mean(explored) < 0.6
+    # explore=None takes the config's explore (RLlib's default True; False: greedy)
+    assert 0.4 < np.mean([trainer.compute_single_action(obs[0]) for _ in range(400)]) < 0.6
+    greedy = Trainer(CONFIG.replace(explore=False))
+    q = greedy.plan.network.apply(greedy.params, obs, deterministic=True).q
+    assert [greedy.compute_single_action(o) for o in obs] == np.argmax(np.asarray(q), axis=-1).tolist()
     with pytest.raises(ValueError, match=r"observation has shape \(3,\)"):
         trainer.compute_single_action(np.zeros(3))
 

@@ -110,11 +110,13 @@ def sample(
 ) -> Sample:
     """``batch_size`` items drawn with probability ``p_i / sum(p)``, with importance weights.
 
-    ``beta`` may be traced (it is annealed). Precondition: at least one item was added.
+    ``beta`` may be traced (it is annealed). Any ``batch_size`` >= 1 (draws are with replacement).
+    Precondition: at least one item was added (refused outside ``jit``, as for the uniform ring).
     ``cpu_kernels=False`` keeps the CPU on the XLA program even where the kernels are built.
     """
     capacity = uniform_replay.capacity_of(state.storage)
-    uniform_replay.check_batch_size(batch_size, capacity)
+    uniform_replay.check_batch_size(batch_size)
+    uniform_replay.check_not_empty(state.storage.size)
     if isinstance(beta, (int, float)) and not beta >= 0:
         raise ValueError(f"beta must be >= 0 (0: no importance correction), got {beta!r}")
     mass = jax.random.uniform(key, (batch_size,), jnp.float32) * segment_tree.total(state.trees)

@@ -27,15 +27,23 @@ def check_capacity(capacity: int) -> int:
     return capacity
 
 
-def check_batch_size(batch_size: int, capacity: int) -> int:
-    """Refuse a batch size that is not an int in ``[1, capacity]``."""
+def check_batch_size(batch_size: int) -> int:
+    """Refuse a batch size that is not an int >= 1. Any size is fine otherwise, also one above
+    the capacity or the items held: draws are with replacement (as RLlib's and flashbax's)."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int):
         raise TypeError(
             f"batch_size must be a Python int (it is a shape, so it is static), got {batch_size!r}"
         )
-    if not 1 <= batch_size <= capacity:
-        raise ValueError(f"batch_size must be in [1, capacity={capacity}], got {batch_size}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size}")
     return batch_size
+
+
+def check_not_empty(size: Array) -> None:
+    """Refuse sampling from a buffer that holds nothing, where that is known outside a trace (a
+    traced ``size`` cannot be checked: under ``jit`` an empty buffer's draws are slot 0's zeros)."""
+    if not isinstance(size, jax.core.Tracer) and int(size) == 0:
+        raise ValueError("cannot sample from an empty buffer: add at least one item first")
 
 
 def capacity_of(state: UniformState) -> int:
@@ -154,9 +162,11 @@ def sample(state: UniformState, key: Array, *, batch_size: int, cpu_kernels: boo
     """``batch_size`` items drawn uniformly, with replacement, from the valid slots.
 
     Precondition: the ring holds at least one item (``size >= 1``), which the execution plan
-    guarantees through ``learning_starts``; from an empty ring slot 0 (zeros) comes back.
+    guarantees (every replay follows a store); an empty ring is refused outside ``jit``, and
+    inside it slot 0 (zeros) comes back.
     """
-    check_batch_size(batch_size, capacity_of(state))
+    check_batch_size(batch_size)
+    check_not_empty(state.size)
     indices = jax.random.randint(
         key, (batch_size,), 0, jnp.maximum(state.size, 1), dtype=jnp.int32
     )

@@ -1,0 +1,211 @@
+"""Every key of RLlib 1.x's DQN / SimpleQ configs is mapped, ignored as RLlib machinery, or refused.
+
+The table below is RLlib 1.x's (execution-plan era) ``COMMON_CONFIG``, DQN's and SimpleQ's
+``DEFAULT_CONFIG`` additions, R2D2's replay keys, later 1.x renames, and ``MODEL_DEFAULTS``: each
+key with RLlib's default (DQN's where it overrides the common one) and another value. The
+expectation is written here, independently of ``jaxdqn.config``'s tables:
+
+* ``map``: the other value changes the config (or is refused naming the key, where it needs
+  something else too);
+* ``ignore``: the key steers only RLlib's machinery; any value leaves the config unchanged;
+* ``refuse``: the default is accepted, the other value raises a ``ValueError`` naming the key.
+
+A key that were accepted with no effect and no listing as machinery would fail here.
+"""
+
+import pytest
+
+from jaxdqn import DQNConfig
+
+
+class DefaultCallbacks:  # the name RLlib's default callbacks class has
+    pass
+
+
+class MyCallbacks:
+    pass
+
+
+def hook(*args):
+    return args[0]
+
+
+MAP, IGNORE, REFUSE = "map", "ignore", "refuse"
+
+COMMON = [
+    ("num_workers", 0, 3, MAP),
+    ("num_envs_per_worker", 1, 4, MAP),
+    ("rollout_fragment_length", 4, 8, MAP),
+    ("batch_mode", "truncate_episodes", "complete_episodes", REFUSE),
+    ("num_gpus", 0, 2, MAP),
+    ("train_batch_size", 32, 64, MAP),
+    ("model", {}, {"fcnet_hiddens": [8]}, MAP),
+    ("optimizer", {}, {"beta1": 0.5}, REFUSE),
+    ("gamma", 0.99, 0.9, MAP),
+    ("horizon", None, 100, REFUSE),
+    ("soft_horizon", False, True, REFUSE),
+    ("no_done_at_end", False, True, MAP),
+    ("env_config", {}, {"max_steps_in_episode": 50}, MAP),
+    ("env", "CartPole-v1", "Acrobot-v1", MAP),
+    ("normalize_actions", False, True, IGNORE),
+    ("clip_rewards", None, True, MAP),
+    ("clip_actions", True, False, IGNORE),
+    ("preprocessor_pref", "deepmind", "rllib", IGNORE),
+    ("lr", 5e-4, 1e-3, MAP),
+    ("monitor", False, True, REFUSE),
+    ("log_level", "WARN", "DEBUG", IGNORE),
+    ("callbacks", DefaultCallbacks, MyCallbacks, REFUSE),
+    ("ignore_worker_failures", False, True, IGNORE),
+    ("log_sys_usage", True, False, IGNORE),
+    ("fake_sampler", False, True, REFUSE),
+    ("framework", "tf", "torch", IGNORE),
+    ("eager_tracing", False, True, IGNORE),
+    ("explore", True, False, MAP),
+    ("exploration_config", {"type": "EpsilonGreedy"}, {"final_epsilon": 0.1}, MAP),
+    ("evaluation_interval", None, 5, MAP),
+    ("evaluation_num_episodes", 10, 5, MAP),
+    ("in_evaluation", False, True, REFUSE),
+    ("evaluation_config", {"explore": False}, {"explore": True}, MAP),
+    ("evaluation_num_workers", 0, 2, IGNORE),
+    ("custom_eval_function", None, hook, REFUSE),
+    ("sample_async", False, True, REFUSE),
+    ("_use_trajectory_view_api", True, False, IGNORE),
+    ("observation_filter", "NoFilter", "MeanStdFilter", REFUSE),
+    ("synchronize_filters", True, False, IGNORE),
+    ("tf_session_args", {}, {"intra_op_parallelism_threads": 8}, IGNORE),
+    ("local_tf_session_args", {}, {"inter_op_parallelism_threads": 8}, IGNORE),
+    ("compress_observations", False, True, IGNORE),
+    ("collect_metrics_timeout", 180, 10, IGNORE),
+    ("metrics_smoothing_episodes", 100, 10, MAP),
+    ("remote_worker_envs", False, True, IGNORE),
+    ("remote_env_batch_wait_ms", 0, 5, IGNORE),
+    ("min_iter_time_s", 0, 5, MAP),
+    ("timesteps_per_iteration", 1000, 500, MAP),
+    ("seed", None, 3, MAP),
+    ("extra_python_environs_for_driver", {}, {"OMP_NUM_THREADS": "1"}, IGNORE),
+    ("extra_python_environs_for_worker", {}, {"OMP_NUM_THREADS": "1"}, IGNORE),
+    ("num_cpus_per_worker", 1, 2, IGNORE),
+    ("num_gpus_per_worker", 0, 1, IGNORE),
+    ("custom_resources_per_worker", {}, {"tpu": 1}, IGNORE),
+    ("num_cpus_for_driver", 1, 2, IGNORE),
+    ("memory", 0, 2**30, IGNORE),
+    ("object_store_memory", 0, 2**30, IGNORE),
+    ("memory_per_worker", 0, 2**30, IGNORE),
+    ("object_store_memory_per_worker", 0, 2**30, IGNORE),
+    ("input", "sampler", "/tmp/*.json", REFUSE),
+    ("input_evaluation", ["is", "wis"], [], IGNORE),
+    ("postprocess_inputs", False, True, IGNORE),
+    ("shuffle_buffer_size", 0, 10, IGNORE),
+    ("output", None, "logdir", REFUSE),
+    ("output_compress_columns", ["obs", "new_obs"], [], IGNORE),
+    ("output_max_file_size", 64 * 1024 * 1024, 1024, IGNORE),
+    ("multiagent", {"policies": {}, "policy_mapping_fn": None, "policies_to_train": None, "observation_fn": None,
+                    "replay_mode": "independent"}, {"policies": {"p0": {}}}, MAP),
+    ("logger_config", None, {"type": "x"}, IGNORE),
+    ("replay_sequence_length", 1, 4, MAP),  # refused naming the key without model.use_lstm
+    ("_fake_gpus", False, True, IGNORE),
+    ("eager_max_retraces", 20, 5, IGNORE),
+    ("placement_strategy", "PACK", "SPREAD", IGNORE),
+    ("recreate_failed_workers", False, True, IGNORE),
+    ("record_env", False, True, REFUSE),
+    ("render_env", False, True, REFUSE),
+    ("evaluation_parallel_to_training", False, True, IGNORE),
+    ("create_env_on_driver", False, True, IGNORE),
+    ("simple_optimizer", False, True, IGNORE),
+    ("_disable_execution_plan_api", False, True, IGNORE),
+]
+
+DQN_AND_SIMPLE_Q = [
+    ("num_atoms", 1, 51, MAP),
+    ("v_min", -10.0, -5.0, MAP),
+    ("v_max", 10.0, 5.0, MAP),
+    ("noisy", False, True, MAP),
+    ("sigma0", 0.5, 0.1, MAP),
+    ("dueling", True, False, MAP),
+    ("hiddens", [256], [64], MAP),
+    ("double_q", True, False, MAP),
+    ("n_step", 1, 3, MAP),
+    ("target_network_update_freq", 500, 100, MAP),
+    ("buffer_size", 50_000, 1000, MAP),
+    ("prioritized_replay", True, False, MAP),
+    ("prioritized_replay_alpha", 0.6, 0.5, MAP),
+    ("prioritized_replay_beta", 0.4, 0.5, MAP),
+    ("final_prioritized_replay_beta", 0.4, 1.0, MAP),
+    ("prioritized_replay_beta_annealing_timesteps", 20_000, 1000, MAP),
+    ("prioritized_replay_eps", 1e-6, 1e-5, MAP),
+    ("before_learn_on_batch", None, hook, REFUSE),
+    ("training_intensity", None, 2.0, MAP),
+    ("lr_schedule", None, [[0, 1e-3], [100, 1e-4]], MAP),
+    ("adam_epsilon", 1e-8, 1e-4, MAP),
+    ("grad_clip", 40, 10, MAP),
+    ("learning_starts", 1000, 500, MAP),
+    ("worker_side_prioritization", False, True, REFUSE),
+    ("tau", 1.0, 0.5, MAP),
+    ("store_buffer_in_checkpoints", False, True, IGNORE),
+    ("replay_buffer_config", {"capacity": 50_000}, {"capacity": 1000}, MAP),
+    # R2D2's replay keys
+    ("burn_in", 0, 2, MAP),  # refused naming the key without model.use_lstm
+    ("zero_init_states", True, False, MAP),
+    # later 1.x names of the same settings
+    ("metrics_num_episodes_for_smoothing", 100, 10, MAP),
+    ("min_time_s_per_reporting", 0, 5, MAP),
+    ("min_sample_timesteps_per_reporting", 1000, 500, MAP),
+]
+
+MODEL = [
+    ("fcnet_hiddens", [256, 256], [64], MAP),
+    ("fcnet_activation", "tanh", "relu", MAP),
+    ("conv_filters", None, [[16, 3, 1]], MAP),
+    ("conv_activation", "relu", "elu", MAP),
+    ("free_log_std", False, True, IGNORE),
+    ("no_final_linear", False, True, REFUSE),
+    ("vf_share_layers", True, False, IGNORE),
+    ("use_lstm", False, True, MAP),
+    ("max_seq_len", 20, 10, MAP),
+    ("lstm_cell_size", 256, 64, MAP),
+    ("lstm_use_prev_action_reward", False, True, REFUSE),
+    ("lstm_use_prev_action", False, True, REFUSE),
+    ("lstm_use_prev_reward", False, True, REFUSE),
+    ("_time_major", False, True, IGNORE),
+    ("use_attention", False, True, REFUSE),
+    ("post_fcnet_hiddens", [], [64], REFUSE),
+    ("framestack", True, False, IGNORE),
+    ("dim", 84, 42, IGNORE),
+    ("grayscale", False, True, IGNORE),
+    ("zero_mean", True, False, IGNORE),
+    ("custom_model", None, "my_model", REFUSE),
+    ("custom_model_config", {}, {"a": 1}, REFUSE),
+    ("custom_action_dist", None, "my_dist", REFUSE),
+    ("custom_preprocessor", None, "my_preprocessor", REFUSE),
+]
+
+CASES = [(key, d, o, kind) for key, d, o, kind in COMMON + DQN_AND_SIMPLE_Q] + [
+    (f"model.{key}", {"model": {key: d}}, {"model": {key: o}}, kind) for key, d, o, kind in MODEL]
+
+
+def as_config(key, value):
+    return value if key.startswith("model.") else {key: value}
+
+
+@pytest.mark.parametrize("key, default, other, kind", CASES, ids=[c[0] for c in CASES])
+def test_every_rllib_1x_key_is_mapped_ignored_or_refused(key, default, other, kind):
+    base = DQNConfig.from_rllib({})
+    DQNConfig.from_rllib(as_config(key, default))  # RLlib's default is always accepted
+    name = key.split(".")[-1]
+    if kind == REFUSE:
+        with pytest.raises(ValueError, match=name):
+            DQNConfig.from_rllib(as_config(key, other))
+    elif kind == IGNORE:
+        assert DQNConfig.from_rllib(as_config(key, other)) == base
+    else:
+        try:
+            changed = DQNConfig.from_rllib(as_config(key, other))
+        except ValueError as error:  # mapped, but this value needs another key too
+            assert name in str(error)
+        else:
+            assert changed != base
+
+
+def test_the_table_covers_every_key_once():
+    keys = [c[0] for c in CASES]
+    assert len(keys) == len(set(keys))
