@@ -454,7 +454,7 @@ class DQNConfig:
 class SimpleQConfig(DQNConfig):
     """RLlib 1.x's SimpleQ: DQN without double Q, dueling, n-step, prioritized replay, C51 or noisy
     nets, whose policy applies no gradient clipping and no learning-rate schedule (a plain Adam
-    at ``lr``) and whose execution plan alternates one store and one replay (no
+    at ``lr``), copies its target network whole (no ``tau``), and whose execution plan alternates one store and one replay (no
     ``training_intensity``: the replay ratio is the native ``train_batch_size /
     (rollout_fragment_length * num_envs)``). Those keys are refused rather than ignored."""
 
@@ -475,7 +475,8 @@ class SimpleQConfig(DQNConfig):
                  "lr_schedule": (None, "RLlib's SimpleQ policy has no learning-rate schedule"),
                  "training_intensity": (None, "RLlib's SimpleQ plan alternates one store and one replay "
                                               "(set rollout_fragment_length / train_batch_size instead)"),
-                 "adam_epsilon": (1e-8, "RLlib's SimpleQ policy uses Adam's default epsilon")}
+                 "adam_epsilon": (1e-8, "RLlib's SimpleQ policy uses Adam's default epsilon"),
+                 "tau": (1.0, "RLlib's SimpleQ policy copies the target network whole")}
         for key, (value, why) in plain.items():
             if getattr(self, key) != value:
                 _fail(key, getattr(self, key), f"SimpleQ requires {key}={value!r}: {why}; use DQNConfig for it")

@@ -6,15 +6,24 @@ implements, like a gymnax ``Environment``, ``reset_env(key, params) -> (obs, sta
 ``step_env(key, state, actions, params) -> (obs, state, rewards, terminated, truncated)`` without
 automatic reset, plus ``observation_space(agent, params)`` / ``action_space(agent, params)``.
 
-``step`` here runs ``E`` copies with ``vmap`` and makes one joint episode: it ends for every agent
-at the first step where any agent's ends (RLlib's ``dones["__all__"]``); an agent whose own episode
-did not terminate there is truncated (it bootstraps). Then all agents reset together, and the
-step's true next observations are kept apart, as ``envs.step`` does for one agent.
+``step`` here runs ``E`` copies with ``vmap`` and makes one joint episode (RLlib's
+``dones["__all__"]``), ended as ``env_params`` ``done_when`` says:
+
+* ``"all"`` (the default; RLlib's ``make_multi_agent``): the joint episode ends when every
+  agent's own episode has ended; an agent that has finished stops acting: its later steps earn
+  no reward and are marked not ``acted`` (the plan stores no transition for them), while the
+  others play on;
+* ``"any"``: it ends for every agent at the first step where any agent's ends; an agent whose
+  own episode did not terminate there is truncated (it bootstraps).
+
+Then all agents reset together, and the step's true next observations are kept apart, as
+``envs.step`` does for one agent.
 
 Shipped: ``MultiCartPole-v1`` (RLlib's ``MultiAgentCartPole`` example): ``num_agents`` gymnax
 CartPoles, one per agent, each agent rewarded 1 per step its own pole stays up; the joint episode
-ends when any pole falls (or after ``max_steps_in_episode``). ``env_params`` take the CartPole
-fields plus ``num_agents``.
+ends when every pole has fallen (``done_when="any"``: when one has), or after
+``max_steps_in_episode``. ``env_params`` take the CartPole fields plus ``num_agents`` and
+``done_when``.
 """
 
 from __future__ import annotations
@@ -93,6 +102,9 @@ class MultiCartPole(MultiAgentEnv):
 REGISTRY: dict[str, tuple[Any, tuple[str, ...]]] = {"MultiCartPole-v1": (MultiCartPole, ("num_agents",))}
 
 
+DONE_WHEN = ("all", "any")
+
+
 class MultiAgentSpec(NamedTuple):
     """A multi-agent environment, its parameters and each agent's shapes (static)."""
 
@@ -101,16 +113,27 @@ class MultiAgentSpec(NamedTuple):
     agents: tuple[str, ...]
     obs_shapes: dict[str, tuple[int, ...]]
     num_actions: dict[str, int]
+    done_when: str = "all"  # see the module docstring
+
+
+class JointState(NamedTuple):
+    """The env's state and which agents still play in the joint episode."""
+
+    env: Any
+    playing: dict[str, Array]  # agent -> [] bool
 
 
 class MultiAgentStep(NamedTuple):
-    """Stepping ``E`` copies once; every field a dict agent -> ``[E, ...]`` (see ``envs.EnvStep``)."""
+    """Stepping ``E`` copies once; every field a dict agent -> ``[E, ...]`` (see ``envs.EnvStep``),
+    except ``done`` ``[E]``: the joint episode ended (all agents reset)."""
 
     obs: dict[str, Array]
     next_obs: dict[str, Array]
-    reward: dict[str, Array]
-    terminated: dict[str, Array]
+    reward: dict[str, Array]  # 0 for an agent that no longer plays
+    terminated: dict[str, Array]  # the agent's own episode ended at this step
     truncated: dict[str, Array]
+    acted: dict[str, Array]  # the agent was still playing: this step is one of its transitions
+    done: Array
 
 
 def is_multi_agent(env: Any) -> bool:
@@ -123,6 +146,10 @@ def make_multi_agent_env(env: str | MultiAgentEnv, env_params: Mapping[str, Any]
     the constructor's keys (``num_agents``) and the params' fields. Refuses unknown keys and
     non-discrete action spaces, naming them."""
     overrides = dict(env_params)
+    done_when = overrides.pop("done_when", "all")
+    if done_when not in DONE_WHEN:
+        raise ValueError(f"env_params done_when={done_when!r} is invalid: supported {list(DONE_WHEN)} (the joint "
+                         "episode ends when all agents' episodes have ended, RLlib's, or when any has)")
     if isinstance(env, str):
         if env not in REGISTRY:
             raise ValueError(f"env={env!r} is not a multi-agent environment; registered: {sorted(REGISTRY)}")
@@ -137,29 +164,44 @@ def make_multi_agent_env(env: str | MultiAgentEnv, env_params: Mapping[str, Any]
         num_actions[agent] = int(space.n)
     obs_shapes = {a: tuple(env.observation_space(a, params).shape) for a in env.agents}
     return MultiAgentSpec(env=env, params=params, agents=tuple(env.agents), obs_shapes=obs_shapes,
-                          num_actions=num_actions)
+                          num_actions=num_actions, done_when=done_when)
 
 
-def reset(spec: MultiAgentSpec, key: Array, num_envs: int) -> tuple[dict[str, Array], Any]:
+def fresh(spec: MultiAgentSpec, key: Array) -> tuple[dict[str, Array], JointState]:
+    """One new joint episode, every agent playing."""
+    obs, state = spec.env.reset_env(key, spec.params)
+    return obs, JointState(env=state, playing={a: jnp.ones((), bool) for a in spec.agents})
+
+
+def reset(spec: MultiAgentSpec, key: Array, num_envs: int) -> tuple[dict[str, Array], JointState]:
     """``num_envs`` fresh joint episodes: ``(obs dict of [E, *obs], state)``."""
-    return jax.vmap(spec.env.reset_env, in_axes=(0, None))(jax.random.split(key, num_envs), spec.params)
+    return jax.vmap(lambda k: fresh(spec, k))(jax.random.split(key, num_envs))
 
 
-def step(spec: MultiAgentSpec, key: Array, state: Any, actions: dict[str, Array]) -> tuple[MultiAgentStep, Any]:
+def step(spec: MultiAgentSpec, key: Array, state: JointState, actions: dict[str, Array]
+         ) -> tuple[MultiAgentStep, JointState]:
     """Step ``E`` copies once with ``actions`` (dict of ``[E]``); ended joint episodes reset."""
 
     def one(key, state, actions):
         step_key, reset_key = jax.random.split(key)
-        obs, new_state, reward, terminated, truncated = spec.env.step_env(step_key, state, actions, spec.params)
-        done = jnp.any(jnp.stack([terminated[a] | truncated[a] for a in spec.agents]))
-        terminated = {a: jnp.asarray(terminated[a], bool) for a in spec.agents}
-        truncated = {a: done & ~terminated[a] for a in spec.agents}
-        reset_obs, reset_state = spec.env.reset_env(reset_key, spec.params)
-        pick = lambda fresh, old: jax.tree_util.tree_map(lambda x, y: jnp.where(done, x, y), fresh, old)  # noqa: E731
+        obs, new_state, reward, terminated, truncated = spec.env.step_env(step_key, state.env, actions, spec.params)
+        playing = state.playing
+        terminated = {a: playing[a] & jnp.asarray(terminated[a], bool) for a in spec.agents}
+        ends = {a: terminated[a] | (playing[a] & jnp.asarray(truncated[a], bool)) for a in spec.agents}
+        if spec.done_when == "any":
+            done = jnp.any(jnp.stack(list(ends.values())))
+            truncated = {a: done & ~terminated[a] for a in spec.agents}
+        else:  # "all": an agent's episode ends on its own; the joint one when no agent plays on
+            done = ~jnp.any(jnp.stack([playing[a] & ~ends[a] for a in spec.agents]))
+            truncated = {a: ends[a] & ~terminated[a] for a in spec.agents}
+        reset_obs, reset_state = fresh(spec, reset_key)
+        pick = lambda fresh_, old: jax.tree_util.tree_map(lambda x, y: jnp.where(done, x, y), fresh_, old)  # noqa: E731
+        still = JointState(env=new_state, playing={a: playing[a] & ~ends[a] for a in spec.agents})
         out = MultiAgentStep(obs=pick(reset_obs, obs), next_obs=obs,
-                             reward={a: jnp.asarray(reward[a], jnp.float32) for a in spec.agents},
-                             terminated=terminated, truncated=truncated)
-        return out, pick(reset_state, new_state)
+                             reward={a: jnp.where(playing[a], jnp.asarray(reward[a], jnp.float32), 0.0)
+                                     for a in spec.agents},
+                             terminated=terminated, truncated=truncated, acted=dict(playing), done=done)
+        return out, pick(reset_state, still)
 
     keys = jax.random.split(key, jax.tree_util.tree_leaves(actions)[0].shape[0])
     return jax.vmap(one)(keys, state, actions)

@@ -9,7 +9,9 @@ seeds, ``pmap`` over devices), the ``Trainer``, checkpoints and the command work
   ``config.POLICY_KEYS`` such as ``lr`` or ``model``). ``policy_mapping_fn`` maps every agent to
   a policy once, statically; agents of one policy share its network and its replay.
 - Store: each env step, every agent acts with its policy (epsilon-greedy on the shared schedule);
-  each agent's steps become n-step transitions exactly as for one agent (``rollout``).
+  each agent's steps become n-step transitions exactly as for one agent (``rollout``). With the
+  env's ``done_when="all"`` (RLlib's), the steps of an agent that has finished its episode while
+  others play on are not stored (a masked ``add``).
 - ``replay_mode="independent"``: one buffer per policy (a dict pytree, all in the same scan) that
   receives the transitions of its agents; each replay step, every policy in
   ``policies_to_train`` samples its own ``train_batch_size`` batch, takes an SGD step and writes
@@ -113,6 +115,11 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
                              f"or action spaces to policy {pid!r}; one policy needs one network shape")
     trainable = tuple(multi.policies_to_train or pids)
     lockstep = multi.replay_mode == "lockstep"
+    every_step_acts = spec.done_when == "any"  # "all": finished agents skip steps until the joint end
+    if lockstep and not every_step_acts:
+        raise ValueError("multiagent.replay_mode='lockstep' replays joint steps of every agent, so it needs "
+                         "env_params done_when='any' (the joint episode ends at the first agent's end); "
+                         "with done_when='all' (RLlib's make_multi_agent) use replay_mode='independent'")
     configs = {pid: policy_config(config, overrides) for pid, overrides in multi.policies}
     networks = {pid: make_network(configs[pid], spec.num_actions[groups[pid][0]]) for pid in pids}
     optimizers = {pid: learner.make_optimizer(configs[pid]) for pid in pids}
@@ -156,13 +163,13 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
             act_key, env_key = jax.random.split(key)
             actions = act(params, actor.obs, eps, act_key)
             out, env_state = multi_agent_envs.step(spec, env_key, actor.env_state, actions)
-            done = out.terminated[spec.agents[0]] | out.truncated[spec.agents[0]]  # joint: the same for all
+            done = out.done  # the joint episode ended: every agent resets
             agent_return = {a: actor.agent_return[a] + out.reward[a] for a in spec.agents}
             joint = actor.episode_return + sum(out.reward[a] for a in spec.agents)
             length_ = actor.episode_length + 1
             raw = {a: rollout.RawStep(obs=actor.obs[a], action=actions[a].astype(jnp.int32), reward=out.reward[a],
                                       terminated=out.terminated[a], truncated=out.truncated[a],
-                                      next_obs=out.next_obs[a]) for a in spec.agents}
+                                      next_obs=out.next_obs[a], acted=out.acted[a]) for a in spec.agents}
             if view is not None:
                 raw = {a: view(r) for a, r in raw.items()}
             episodes = rollout.Episodes(done=done, episode_return=joint, episode_length=length_)
@@ -192,15 +199,19 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
     def store(state: plan.TrainState, _=None) -> tuple[plan.TrainState, None]:
         key, step_key = jax.random.split(state.key)
         actor, (raw, episodes, agent_return) = run_steps(state.learner, epsilon(state), state.actor, step_key, length)
-        transitions, pending = {}, {}
+        transitions, pending, acted = {}, {}, {}
         for a in spec.agents:
             window, pending[a] = rollout.extend_window(actor.pending[a], raw[a])
             transitions[a] = rollout.n_step_transitions(window, count=length, gamma=configs[mapping[a]].gamma, n=n)
+            acted[a] = window.acted[:length].reshape(-1)  # [length * E], the transitions' order
         if lockstep:
             buffer = buf.add(state.buffer, transitions)
-        else:
-            buffer = {pid: buf.add(state.buffer[pid], jax.tree_util.tree_map(
-                lambda *x: jnp.concatenate(x), *[transitions[a] for a in groups[pid]])) for pid in pids}
+        else:  # with done_when="all", the steps of agents that had finished are not stored
+            concat = lambda *x: jnp.concatenate(x)  # noqa: E731
+            buffer = {pid: buf.add(state.buffer[pid],
+                                   jax.tree_util.tree_map(concat, *[transitions[a] for a in groups[pid]]),
+                                   None if every_step_acts else concat(*[acted[a] for a in groups[pid]]))
+                      for pid in pids}
         metrics = record(state.metrics, episodes, agent_return)
         metrics = metrics._replace(num_steps_sampled=metrics.num_steps_sampled + schedule.steps_per_store)
         return state._replace(buffer=buffer, actor=actor._replace(pending=pending), metrics=metrics, key=key), None
@@ -254,7 +265,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
             key = jax.random.fold_in(key, lax.axis_index(axis_name))
         env_key, prime_key, key = jax.random.split(key, 3)
         obs, env_state = multi_agent_envs.reset(spec, env_key, num_envs)
-        pending = {a: rollout.init_pending(obs[a], num_envs, n) for a in spec.agents}
+        pending = {a: rollout.init_pending(obs[a], num_envs, n)._replace(acted=jnp.zeros((n - 1, num_envs), bool))
+                   for a in spec.agents}
         zeros = jnp.zeros((num_envs,), jnp.float32)
         actor = MultiAgentActor(env_state=env_state, obs=obs, episode_return=zeros,
                                 agent_return={a: zeros for a in spec.agents},
@@ -335,9 +347,8 @@ def make_evaluate(spec: multi_agent_envs.MultiAgentSpec, networks: dict[str, Any
                 actions = {a: evaluation.greedy_actions(networks[mapping[a]], params[mapping[a]], obs[a])
                            for a in spec.agents}
             out, env_state = multi_agent_envs.step(spec, key, env_state, actions)
-            first = spec.agents[0]  # the joint episode ends for all agents at once
             reward = sum(out.reward[a] for a in spec.agents)
-            return out.obs, env_state, memory, reward, out.terminated[first] | out.truncated[first]
+            return out.obs, env_state, memory, reward, out.done
 
         return evaluation.run_episodes(lambda k: multi_agent_envs.reset(spec, k, num_episodes), step, (),
                                        num_episodes, evaluation.default_max_steps(spec), key)

@@ -39,6 +39,7 @@ class RawStep(NamedTuple):
     truncated: Array  # bool
     next_obs: Array  # the true successor (gymnax's final observation at an episode's end)
     memory: Any = ()  # recurrent actors: the Memory acted from (before the step); () otherwise
+    acted: Any = ()  # multi-agent actors: the agent still played (the step is a transition); () otherwise
 
 
 class Memory(NamedTuple):

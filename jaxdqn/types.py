@@ -80,7 +80,8 @@ class SequenceItem(NamedTuple):
 class ReplayBuffer(NamedTuple):
     """A replay buffer as a bundle of pure functions (optax's ``GradientTransformation`` style).
 
-    ``init(example_item) -> state``; ``add(state, items) -> state`` with leaves ``[K, ...]``;
+    ``init(example_item) -> state``; ``add(state, items, mask=None) -> state`` with leaves
+    ``[K, ...]`` (``mask`` ``[K]``: keep only those items);
     ``sample(state, key, batch_size, beta=...) -> Sample`` (``batch_size`` is a Python int: it is a
     shape); ``update(state, indices, td_errors) -> state`` (a no-op for uniform replay).
     """

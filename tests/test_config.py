@@ -65,7 +65,7 @@ def test_rollout_fragment_length_holds_at_least_n_step():
 def test_simple_q_refuses_what_rllibs_simple_q_does_not_do():
     assert SimpleQConfig().grad_clip is None and DQNConfig().grad_clip == 40.0
     for key, value in [("grad_clip", 40.0), ("lr_schedule", [[0, 1e-3], [100, 1e-4]]), ("training_intensity", 4.0),
-                       ("adam_epsilon", 1e-4)]:
+                       ("adam_epsilon", 1e-4), ("tau", 0.5)]:
         with pytest.raises(ValueError, match=f"^{key}=.*SimpleQ requires {key}="):
             SimpleQConfig(**{key: value})
         with pytest.raises(ValueError, match=f"^{key}="):

@@ -92,7 +92,7 @@ def test_multi_agent_cartpole_policies_learn_on_8_of_10_seeds(replay_mode, thres
 
     config = tuned_config("dqn", "MultiCartPole-v1")
     if replay_mode == "lockstep":
-        config = config.replace(prioritized_replay=False,
+        config = config.replace(prioritized_replay=False, env_params={**dict(config.env_params), "done_when": "any"},
                                 multiagent=dataclasses.replace(config.multiagent, replay_mode="lockstep"))
     _, reports = jax.jit(jax.vmap(multiagent.make_plan(config).train))(jax.random.split(jax.random.key(1), 10))
     for pid in ("p0", "p1"):

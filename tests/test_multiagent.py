@@ -60,7 +60,7 @@ def tagged_config(**overrides):
 
 
 def test_the_joint_episode_ends_for_every_agent_at_the_first_end():
-    spec = multi_agent_envs.make_multi_agent_env("MultiCartPole-v1", {"num_agents": 3})
+    spec = multi_agent_envs.make_multi_agent_env("MultiCartPole-v1", {"num_agents": 3, "done_when": "any"})
     obs, state = multi_agent_envs.reset(spec, jax.random.key(0), 16)
     step = jax.jit(lambda k, s, a: multi_agent_envs.step(spec, k, s, a))
     ended = 0
@@ -79,6 +79,97 @@ def test_the_joint_episode_ends_for_every_agent_at_the_first_end():
             assert np.all(np.abs(reset) <= 0.05)  # all agents start afresh together
         ended += int(ends[0].sum())
     assert ended > 16  # random play drops poles within 60 steps
+
+
+def test_by_default_the_joint_episode_ends_when_every_agent_has_ended():
+    """RLlib's make_multi_agent: an agent whose pole fell stops playing (no reward, no transition)
+    while the others go on; the joint episode ends (and all reset) when no pole is up."""
+    spec = multi_agent_envs.make_multi_agent_env("MultiCartPole-v1", {"num_agents": 3})
+    assert spec.done_when == "all"
+    obs, state = multi_agent_envs.reset(spec, jax.random.key(0), 16)
+    step = jax.jit(lambda k, s, a: multi_agent_envs.step(spec, k, s, a))
+    playing = {a: np.ones(16, bool) for a in spec.agents}
+    ended = staggered = 0
+    for t in range(150):
+        actions = {a: jax.random.randint(jax.random.fold_in(jax.random.key(t), i), (16,), 0, 2)
+                   for i, a in enumerate(spec.agents)}
+        out, state = step(jax.random.key(100 + t), state, actions)
+        fell = {}
+        for a in spec.agents:
+            x, theta = np.asarray(out.next_obs[a][:, 0]), np.asarray(out.next_obs[a][:, 2])
+            fell[a] = (np.abs(x) > 2.4) | (np.abs(theta) > 12 * 2 * np.pi / 360)
+            np.testing.assert_array_equal(np.asarray(out.acted[a]), playing[a])
+            np.testing.assert_array_equal(np.asarray(out.terminated[a]), playing[a] & fell[a])
+            np.testing.assert_array_equal(np.asarray(out.reward[a]), playing[a].astype(np.float32))
+        still = {a: playing[a] & ~fell[a] for a in spec.agents}
+        done = ~np.any(np.stack(list(still.values())), axis=0)
+        np.testing.assert_array_equal(np.asarray(out.done), done)
+        staggered += int(np.sum(np.any(np.stack([playing[a] & fell[a] for a in spec.agents]), axis=0) & ~done))
+        playing = {a: np.where(done, True, still[a]) for a in spec.agents}
+        ended += int(done.sum())
+    assert ended > 16 and staggered > 16  # joint episodes ended, and agents ended before them
+
+
+class StaggeredEnv(MultiAgentEnv):
+    """Agent i earns i + 1 per step and terminates after 2 (i + 1) steps; it observes ``[i, t]``."""
+
+    agents = ("agent_0", "agent_1", "agent_2")
+
+    @property
+    def default_params(self):
+        return None
+
+    def reset_env(self, key, params):
+        return {a: jnp.array([i, 0.0]) for i, a in enumerate(self.agents)}, jnp.int32(0)
+
+    def step_env(self, key, state, actions, params):
+        t = state + 1
+        obs = {a: jnp.array([i, t], jnp.float32) for i, a in enumerate(self.agents)}
+        rewards = {a: jnp.float32(i + 1) for i, a in enumerate(self.agents)}
+        terminated = {a: t >= 2 * (i + 1) for i, a in enumerate(self.agents)}
+        return obs, t, rewards, terminated, {a: jnp.bool_(False) for a in self.agents}
+
+    observation_space = TaggedEnv.observation_space
+    action_space = TaggedEnv.action_space
+
+
+@pytest.mark.parametrize("done_when, length, returns", [("all", 6, (2, 8, 18)), ("any", 2, (2, 4, 6))])
+def test_finished_agents_store_nothing_and_score_what_they_played(done_when, length, returns):
+    config = tagged_config(env=StaggeredEnv(), env_params={"done_when": done_when}, n_step=1,
+                           rollout_fragment_length=6, learning_starts=0, timesteps_per_iteration=48,
+                           multiagent=dict(policies=["p0", "p1", "p2"],
+                                           policy_mapping_fn={f"agent_{i}": f"p{i}" for i in range(3)}))
+    plan = multiagent.make_plan(config)
+    state, report = jax.jit(plan.chunk)(jax.jit(plan.init)(jax.random.key(0)))
+    steps = int(report["timesteps_total"])  # per env: whole joint episodes of `length` steps
+    episodes = steps // config.num_envs // length
+    assert float(report["episode_len_mean"]) == length and int(report["episodes_total"]) == episodes * 2
+    assert float(report["episode_reward_mean"]) == sum(returns)
+    for i, want in enumerate(returns):
+        assert float(report[f"policy_reward_mean/p{i}"]) == want
+        buffer = state.buffer[f"p{i}"]
+        count = int(size(buffer))
+        acted = min(2 * (i + 1), length)  # steps agent i plays per joint episode
+        assert count == acted * episodes * config.num_envs
+        times = np.asarray(buffer.storage.storage.obs[:count, 1])
+        assert set(times.tolist()) == set(range(acted))  # no step after its end was stored
+        drawn = plan_buffer_draws(config, buffer)  # prioritized: no priority on a slot left empty
+        assert drawn.max() < count
+
+
+def plan_buffer_draws(config, buffer):
+    from jaxdqn import buffers
+
+    buf = buffers.prioritized(config.buffer_size)
+    return np.asarray(buf.sample(buffer, jax.random.key(5), 2000, 0.4).indices)
+
+
+def test_lockstep_replay_needs_done_when_any():
+    with pytest.raises(ValueError, match="done_when"):
+        multiagent.make_plan(tagged_config(env=StaggeredEnv(), prioritized_replay=False,
+                                           multiagent=dict(policies=["p0"], replay_mode="lockstep")))
+    with pytest.raises(ValueError, match="done_when"):
+        multi_agent_envs.make_multi_agent_env("MultiCartPole-v1", {"done_when": "first"})
 
 
 def test_independent_replay_keeps_each_policys_agents_and_reports_per_policy():
@@ -113,7 +204,7 @@ def test_independent_replay_keeps_each_policys_agents_and_reports_per_policy():
 
 
 def test_lockstep_replays_joint_steps_and_policies_to_train_freezes_the_rest():
-    config = tagged_config(prioritized_replay=False,
+    config = tagged_config(prioritized_replay=False, env_params={"done_when": "any"},
                            multiagent=dict(policies=["p0", "p1"], replay_mode="lockstep", policies_to_train=["p1"],
                                            policy_mapping_fn={"agent_0": "p0", "agent_1": "p1", "agent_2": "p1"}))
     plan = multiagent.make_plan(config)
@@ -165,8 +256,11 @@ def test_trainer_reports_rllib_multiagent_results_and_round_trips(tmp_path):
     result = trainer.train()
     assert set(result["info"]["learner"]) == {"p0", "p1"}
     assert set(result["policy_reward_mean"]) == {"p0", "p1"}
-    # each agent earns 1 per step of the joint episode
-    assert result["policy_reward_mean"]["p0"] == pytest.approx(result["episode_reward_mean"] / 2)
+    # each agent earns 1 per step it plays; the joint return sums them over the same episodes, and
+    # the joint episode lasts as long as the longer-lived agent
+    mean = result["policy_reward_mean"]
+    assert mean["p0"] + mean["p1"] == pytest.approx(result["episode_reward_mean"])
+    assert max(mean.values()) <= result["episode_len_mean"] <= result["episode_reward_mean"]
     path = trainer.save(tmp_path)
     after = trainer.train()
     restored = Trainer.from_checkpoint(path)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from jaxdqn import buffers
 from jaxdqn.buffers import prioritized_replay, segment_tree
+from tests.reference.ring import NumpyRing
 from tests.reference.sum_tree import LEAF_ULPS, NumpyPrioritized, check_valid
 from tests.test_uniform_replay import chi2_critical, chi2_statistic
 
@@ -189,3 +190,32 @@ def test_the_accelerator_form_of_the_descent_draws_what_the_cpu_form_draws(capac
     np.testing.assert_array_equal(forms[0][0], forms[1][0])
     np.testing.assert_array_equal(forms[0][1], forms[1][1])
     assert np.all(priorities[np.asarray(forms[1][0])] > 0)
+
+
+@given(capacity=st.sampled_from([1, 5, 16]), masks=st.lists(st.lists(st.booleans(), min_size=1, max_size=5),
+                                                             min_size=1, max_size=8))
+def test_a_masked_add_stores_only_the_kept_items_in_order(capacity, masks):
+    """``add(state, items, mask)``: the numpy ring twin adds only the kept items; the trees give
+    them the max priority and leave every other leaf as it was (checked against numpy)."""
+    for factory in (buffers.uniform, buffers.prioritized):
+        buf = factory(capacity)
+        add = jax.jit(buf.add)
+        state = buf.init(jnp.zeros((), jnp.int32))
+        ring = NumpyRing(capacity, dtype=np.int32)
+        ref = NumpyPrioritized(capacity, ALPHA, EPS, dtype=np.int32) if factory is buffers.prioritized else None
+        next_id = 1
+        for mask in masks:
+            mask = [m for m in mask][:capacity] or [True]
+            ids = np.arange(next_id, next_id + len(mask), dtype=np.int32)
+            next_id += len(mask)
+            state = add(state, jnp.asarray(ids), jnp.asarray(mask))
+            kept = ids[np.asarray(mask)]
+            ring.add(kept)
+            if ref is not None and kept.size:
+                ref.add(kept)
+        storage = state if factory is buffers.uniform else state.storage
+        np.testing.assert_array_equal(np.asarray(storage.storage)[:ring.size], ring.data[:ring.size])
+        assert (int(storage.size), int(storage.insert_pos), int(storage.num_added)) == (
+            ring.size, ring.insert_pos, ring.num_added)
+        if ref is not None:
+            check_valid(state.trees, ref.priorities, capacity)

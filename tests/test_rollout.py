@@ -59,7 +59,7 @@ def test_fragments_give_the_exact_n_step_transitions(env_params, action):
     total = fragments * length
     ends = 0
     for e in range(num_envs):
-        env_raw = {k: np.asarray(v)[:, e] for k, v in raw._asdict().items() if k != "memory"}  # feed-forward: no memory
+        env_raw = {k: np.asarray(v)[:, e] for k, v in raw._asdict().items() if k not in ("memory", "acted")}  # single-agent, feed-forward
         ends += env_raw["terminated"].sum() + env_raw["truncated"].sum()
         for t, (obs, act, ret, disc, nxt) in enumerate(reference(env_raw, total, n, GAMMA)):
             np.testing.assert_allclose(got.obs[t, e], obs, rtol=1e-6)

@@ -61,16 +61,27 @@ def set_leaves(trees: Array, slots: Array, values: Array, *, capacity: int, cpu_
     )
 
 
-def add(state: PrioritizedState, items: PyTree, *, cpu_kernels: bool = True) -> PrioritizedState:
-    """Write ``K`` items (leaves ``[K, ...]``) at the max priority seen so far."""
+def add(state: PrioritizedState, items: PyTree, mask: Array | None = None, *,
+        cpu_kernels: bool = True) -> PrioritizedState:
+    """Write ``K`` items (leaves ``[K, ...]``) at the max priority seen so far; ``mask`` ``[K]``
+    (optional) keeps only the items where it is True (``uniform_replay.add``)."""
     k = uniform_replay.check_items(state.storage.storage, items)
-    slots = uniform_replay.write_slots(state.storage, k)
     capacity = uniform_replay.capacity_of(state.storage)
-    trees = set_leaves(
-        state.trees, slots, jnp.full((k,), state.max_priority), capacity=capacity, cpu_kernels=cpu_kernels
-    )
+    priorities = jnp.full((k,), state.max_priority)
+    if mask is None:
+        slots = uniform_replay.write_slots(state.storage, k)
+        trees = set_leaves(state.trees, slots, priorities, capacity=capacity, cpu_kernels=cpu_kernels)
+    else:
+        slots, count = uniform_replay.masked_slots(state.storage, mask.reshape(-1))
+        # The tree writes cannot drop a slot: a masked-out item writes the same max priority at
+        # the first kept item's slot (``insert_pos``), which that item writes anyway; with no
+        # item kept the trees stay as they are.
+        slots = jnp.where(mask.reshape(-1), slots, state.storage.insert_pos)
+        trees = lax.cond(count > 0, lambda t: set_leaves(t, slots, priorities, capacity=capacity,
+                                                         cpu_kernels=cpu_kernels),
+                         lambda t: t, state.trees)
     return PrioritizedState(
-        storage=uniform_replay.add(state.storage, items),
+        storage=uniform_replay.add(state.storage, items, mask),
         trees=trees,
         max_priority=state.max_priority,
     )
@@ -185,8 +196,8 @@ def make_prioritized(
     def init_fn(example_item: PyTree) -> PrioritizedState:
         return init(example_item, capacity=capacity)
 
-    def add_fn(state: PrioritizedState, items: PyTree) -> PrioritizedState:
-        return add(state, items, cpu_kernels=cpu_kernels)
+    def add_fn(state: PrioritizedState, items: PyTree, mask: Array | None = None) -> PrioritizedState:
+        return add(state, items, mask, cpu_kernels=cpu_kernels)
 
     def sample_fn(
         state: PrioritizedState, key: Array, batch_size: int, beta: float | Array = 0.4

@@ -115,20 +115,41 @@ def use_kernels(cpu_kernels: bool) -> bool:
     return cpu_kernels and tree_kernels.available()
 
 
-def add(state: UniformState, items: PyTree) -> UniformState:
-    """Write ``K`` items (leaves ``[K, ...]``), overwriting the oldest once the ring is full."""
+def masked_slots(state: UniformState, mask: Array) -> tuple[Array, Array]:
+    """``(slots [K], count [])`` of an ``add`` that keeps only the items where ``mask`` ``[K]``:
+    the kept ones take the next slots in order; the others get distinct slots past the end
+    (``N + i``), which a ``mode="drop"`` write leaves out."""
+    capacity = capacity_of(state)
+    mask = mask.astype(bool)
+    offset = jnp.cumsum(mask.astype(jnp.int32)) - 1
+    k = mask.shape[0]
+    slots = jnp.where(mask, (state.insert_pos + offset) % capacity, capacity + jnp.arange(k, dtype=jnp.int32))
+    return slots.astype(jnp.int32), jnp.sum(mask, dtype=jnp.int32)
+
+
+def add(state: UniformState, items: PyTree, mask: Array | None = None) -> UniformState:
+    """Write ``K`` items (leaves ``[K, ...]``), overwriting the oldest once the ring is full.
+
+    ``mask`` ``[K]`` bool (optional) keeps only the items where it is True, in order (a
+    multi-agent step whose agent had already finished, say); shapes stay static."""
     k = check_items(state.storage, items)
     capacity = capacity_of(state)
-    slots = write_slots(state, k)
-    # K <= N, so the slots are distinct: the hint lets XLA emit a plain in-place row write.
+    if mask is None:
+        slots, count = write_slots(state, k), k
+    else:
+        if mask.shape != (k,):
+            raise ValueError(f"mask must have shape [K] = [{k}], got {list(mask.shape)}")
+        slots, count = masked_slots(state, mask)
+    # K <= N, so the slots are distinct (the masked-out ones too: past the end, dropped): the
+    # hint lets XLA emit a plain in-place row write.
     storage = jax.tree_util.tree_map(
-        lambda s, x: s.at[slots].set(x, unique_indices=True), state.storage, items
+        lambda s, x: s.at[slots].set(x, unique_indices=True, mode="drop"), state.storage, items
     )
     return UniformState(
         storage=storage,
-        insert_pos=(state.insert_pos + k) % capacity,
-        size=jnp.minimum(state.size + k, capacity),
-        num_added=state.num_added + k,
+        insert_pos=(state.insert_pos + count) % capacity,
+        size=jnp.minimum(state.size + count, capacity),
+        num_added=state.num_added + count,
     )
 
 
