@@ -7,12 +7,13 @@ and, loaded on first use so that importing the core never imports the shell, ``T
 from typing import Any
 
 from jaxdqn import buffers, losses, types
-from jaxdqn.config import DQNConfig, ExplorationConfig, ModelConfig, SimpleQConfig
+from jaxdqn.config import DQNConfig, EvaluationConfig, ExplorationConfig, ModelConfig, SimpleQConfig
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DQNConfig",
+    "EvaluationConfig",
     "ExplorationConfig",
     "ModelConfig",
     "SimpleQConfig",
