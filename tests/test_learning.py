@@ -18,12 +18,7 @@ from jaxdqn.plan import make_plan, make_train
 
 pytestmark = pytest.mark.slow
 DATA = pathlib.Path(__file__).parent / "data" / "rllib"
-# RLlib 1.x's SimpleQ (no gradient clipping, no learning-rate schedule, one replay per store)
-# reaches 400 on 7-8 of 10 seeds with the shipped example (measured: README, "Learning results"),
-# so its 8-of-10 bar is not met reliably: an expected failure until a config meets it.
-SIMPLE_Q_BAR = pytest.mark.xfail(reason="SimpleQ within RLlib's SimpleQ semantics: 7-8 of 10 seeds >= 400 "
-                                        "measured, the bar is 8", strict=False)
-CASES = [("dqn", "CartPole-v1", 475.0), pytest.param("simple_q", "CartPole-v1", 400.0, marks=SIMPLE_Q_BAR),
+CASES = [("dqn", "CartPole-v1", 475.0), ("simple_q", "CartPole-v1", 400.0),
          ("dqn", "Acrobot-v1", -100.0)]
 
 
