@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jaxdqn import DQNConfig, ModelConfig, SimpleQConfig, learner, plan, rollout
+from jaxdqn import ModelConfig, SimpleQConfig, learner, plan, rollout
 from jaxdqn.networks import make_network
 from jaxdqn.trainer import Trainer
 from jaxdqn.types import Sample, Transition
