@@ -14,10 +14,12 @@ import contextlib
 import datetime
 import importlib.resources
 import math
+import os
 import pathlib
 import sys
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
+RUN_NAMES = {"dqn": "DQN", "simple_q": "SimpleQ"}  # RLlib's trainable names (Tune's trial folders)
 STOP_KEYS = ("episode_reward_mean", "timesteps_total", "training_iteration")
 TUNED = {("dqn", "CartPole-v1"): "cartpole-v1-dqn.yaml", ("simple_q", "CartPole-v1"): "cartpole-v1-simpleq.yaml",
          ("dqn", "Acrobot-v1"): "acrobot-v1-dqn.yaml", ("dqn", "MemoryChain-bsuite"): "memorychain-bsuite-dqn-lstm.yaml",
@@ -118,8 +120,13 @@ def is_rllib_document(doc: Any) -> bool:
             and "run" in next(iter(doc.values())))
 
 
-def document_to_spec(doc: Any, source: str) -> tuple[str, dict[str, Any], dict[str, Any], int | None]:
-    """``(algo, our config dict, stop, seeds)`` from one of the two YAML layouts."""
+def document_variants(doc: Any, source: str) -> tuple[str, list[tuple[dict[str, Any], dict[str, Any]]],
+                                                     dict[str, Any], int | None]:
+    """``(algo, variants, stop, seeds)`` from one of the two YAML layouts; ``variants`` is
+    ``[(grid variables, our config dict)]``: one per trial of the RLlib config's
+    ``grid_search`` values (Tune's order), one with no variables without them. Our layout keeps
+    its ``grid_search`` values in the dict (``build_run`` expands them after ``--set``)."""
+    from jaxdqn import sweep
     from jaxdqn.config import RLLIB_RUN_NAMES, config_class, to_dict
 
     if not isinstance(doc, dict):
@@ -138,27 +145,63 @@ def document_to_spec(doc: Any, source: str) -> tuple[str, dict[str, Any], dict[s
         if "env" in experiment:
             rllib["env"] = experiment["env"]
         stop = dict(experiment.get("stop") or {})
-        config = to_dict(config_class(algo).from_rllib(rllib))
-        if rllib.get("_fake_gpus") and config["num_devices"] != 1:
-            config["_fake_devices"] = config["num_devices"]  # taken out again in train()
-        if "timesteps_total" in stop:
-            config["total_timesteps"] = int(stop["timesteps_total"])
-        return algo, config, stop, None
+        variants = []
+        with as_usage_errors():
+            grid = sweep.expand_grid(rllib)
+        for variables, resolved in grid:
+            try:
+                config = to_dict(config_class(algo).from_rllib(resolved))
+            except (ValueError, TypeError) as e:
+                trial = f"trial {variables}: " if variables else ""
+                raise UsageError(f"{source}: {trial}{e}") from None
+            if resolved.get("_fake_gpus") and config["num_devices"] != 1:
+                config["_fake_devices"] = config["num_devices"]  # taken out again in train()
+            if "timesteps_total" in stop:
+                config["total_timesteps"] = int(stop["timesteps_total"])
+            variants.append((variables, config))
+        return algo, variants, stop, None
     doc = dict(doc)
     algo = doc.pop("algo", "dqn")
     stop = dict(doc.pop("stop", None) or {})
     seeds = doc.pop("seeds", None)
     config_class(algo)  # validates the name
-    return algo, doc, stop, seeds
+    return algo, [({}, doc)], stop, seeds
 
 
-def build_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int | None, str, int | None]:
-    """``(config, stop, seeds, source, fake_devices)`` from the flags (``fake_devices``: host
-    devices to force for RLlib's ``_fake_gpus``); raises UsageError / ValueError."""
+def document_to_spec(doc: Any, source: str) -> tuple[str, dict[str, Any], dict[str, Any], int | None]:
+    """``(algo, our config dict, stop, seeds)`` from a YAML document of one trial."""
+    algo, variants, stop, seeds = document_variants(doc, source)
+    if len(variants) != 1:
+        raise UsageError(f"{source} has grid_search values ({len(variants)} trials): run it with jaxdqn train")
+    return algo, variants[0][1], stop, seeds
+
+
+class Run(NamedTuple):
+    """What ``jaxdqn train`` runs: one config, or a sweep's trials (``[(grid variables, config)]``)."""
+
+    trials: list[tuple[dict[str, Any], Any]]
+    stop: dict[str, Any]
+    seeds: int | None
+    source: str
+    fake_devices: int | None
+
+    @property
+    def config(self) -> Any:
+        return self.trials[0][1]
+
+    @property
+    def is_sweep(self) -> bool:
+        return len(self.trials) > 1 or bool(self.trials[0][0])
+
+
+def build_run(args: argparse.Namespace) -> Run:
+    """The run the flags ask for; raises UsageError / ValueError (every trial's config is built,
+    so a bad value in any trial is refused before anything compiles)."""
+    from jaxdqn import sweep
     from jaxdqn.config import from_dict
 
     if args.config:
-        algo, config, stop, seeds = document_to_spec(read_yaml(args.config), args.config)
+        algo, variants, stop, seeds = document_variants(read_yaml(args.config), args.config)
         source = args.config
         if args.algo is not None and args.algo != algo:
             raise UsageError(f"--algo {args.algo} contradicts {args.config} (algo {algo})")
@@ -168,17 +211,12 @@ def build_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int | None
         tuned = tuned_example(algo, env)
         if tuned is not None:
             name, doc = tuned
-            algo, config, stop, seeds = document_to_spec(doc, name)
+            algo, variants, stop, seeds = document_variants(doc, name)
             source = f"tuned example {name}"
         else:
-            config, stop, seeds, source = {"env": env}, {}, None, "library defaults"
-    if args.env is not None:
-        config["env"] = args.env
+            variants, stop, seeds, source = [({}, {"env": env})], {}, None, "library defaults"
     if args.timesteps is not None:
-        config["total_timesteps"] = args.timesteps
         stop["timesteps_total"] = args.timesteps
-    for assignment in args.set or []:
-        apply_set(config, assignment)
     if args.seeds is not None:
         seeds = args.seeds
     bad = sorted(set(stop) - set(STOP_KEYS))
@@ -186,10 +224,31 @@ def build_run(args: argparse.Namespace) -> tuple[Any, dict[str, Any], int | None
         raise UsageError(f"stop key {bad[0]!r} is not supported; supported: {list(STOP_KEYS)}")
     if seeds is not None and (not isinstance(seeds, int) or seeds < 1):
         raise UsageError(f"seeds={seeds!r} is invalid: must be an int >= 1")
-    fake_devices = config.pop("_fake_devices", None)
-    config = from_dict(config, algo)
-    stop.setdefault("timesteps_total", config.total_timesteps)
-    return config, stop, (None if seeds in (None, 1) else seeds), source, fake_devices
+    trials = []
+    fake_devices = None
+    for outer, config in variants:
+        if args.env is not None:
+            config["env"] = args.env
+        if args.timesteps is not None:
+            config["total_timesteps"] = args.timesteps
+        for assignment in args.set or []:
+            apply_set(config, assignment)
+        fake_devices = config.pop("_fake_devices", None)
+        with as_usage_errors():
+            grid = sweep.expand_grid(config)
+        for inner, resolved in grid:
+            variables = {**outer, **inner}
+            try:
+                trials.append((variables, from_dict(resolved, algo)))
+            except (ValueError, TypeError) as e:
+                raise UsageError(f"trial {variables}: {e}" if variables else str(e)) from None
+    return Run(trials=trials, stop=stop, seeds=None if seeds in (None, 1) else seeds, source=source,
+               fake_devices=fake_devices)
+
+
+def stop_of(run: Run, config: Any) -> dict[str, Any]:
+    """The stop criteria of a config of ``run``: the run's, ending at its ``total_timesteps``."""
+    return {**run.stop, "timesteps_total": run.stop.get("timesteps_total", config.total_timesteps)}
 
 
 def should_stop(results: list[dict[str, Any]], stop: Mapping[str, Any]) -> str | None:
@@ -221,11 +280,16 @@ def start_processes(args: argparse.Namespace, fake_devices: int | None = None) -
 
 def train(args: argparse.Namespace) -> int:
     from jaxdqn.config import algo_of, to_dict
+    from jaxdqn.logging import check_loggers
 
+    loggers = args.logger or ["csv"]
+    with as_usage_errors():
+        check_loggers(loggers)
     fake_devices = None
     if not args.resume:
         with as_usage_errors():
-            config, stop, seeds, source, fake_devices = build_run(args)
+            run = build_run(args)
+        fake_devices = run.fake_devices
     start_processes(args, fake_devices)  # before anything imports gymnax (which starts JAX)
     from jaxdqn import checkpoint
     from jaxdqn.logging import RunLogger
@@ -236,33 +300,158 @@ def train(args: argparse.Namespace) -> int:
             raise UsageError(f"--resume takes the config from the checkpoint; drop --{clash[0]}")
         overrides = {"total_timesteps": args.timesteps} if args.timesteps is not None else {}
         with as_usage_errors():
+            if checkpoint.read_meta(args.resume).get("trials") is not None:
+                raise UsageError(f"--resume {args.resume}: a sweep's checkpoint resumes through the Python API "
+                                 "(jaxdqn.Trainer.from_checkpoint), not the command line")
             trainer = Trainer.from_checkpoint(args.resume, **overrides)
         config, seeds, source = trainer.config, trainer.num_seeds, f"checkpoint {args.resume}"
         stop = {"timesteps_total": config.total_timesteps}
         run_dir = pathlib.Path(args.out) if args.out else checkpoint.resolve(args.resume).resolve().parent
     else:
+        if run.is_sweep:
+            return train_sweep(args, run, loggers)
+        config, seeds, source = run.config, run.seeds, run.source
+        stop = stop_of(run, config)
         with as_usage_errors():
             trainer = Trainer(config, num_seeds=seeds)
         stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
         run_dir = pathlib.Path(args.out or f"results/{algo_of(config)}_{config.env}_{stamp}")
     writer = trainer.layout.process_index == 0  # one process writes logs and checkpoints
     quiet = args.quiet or not writer
-    logger = RunLogger(run_dir, seeds) if writer else None
-    if logger is not None:
-        logger.write_params({"algo": algo_of(config), "seeds": seeds or 1, "stop": stop, **to_dict(config)})
+    params = {"algo": algo_of(config), "seeds": seeds or 1, "stop": stop, **to_dict(config)}
+    with as_usage_errors():
+        logger = RunLogger(run_dir, seeds, loggers, params=params) if writer else None
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
     say(f"jaxdqn: {algo_of(config)} on {config.env}, {seeds or 1} seed(s), {trainer.layout.describe()}, "
         f"config from {source}; run folder {run_dir}")
-
-    results, reason = run_loop(trainer, stop, logger, run_dir, args.checkpoint_every, args.keep, quiet)
+    try:
+        outcome = run_loop(trainer, stop, [logger], run_dir, args.checkpoint_every, args.keep, quiet)
+    finally:
+        if logger is not None:
+            logger.close()
     path = trainer.save(run_dir, keep=args.keep)
+    results, reason = outcome[0]
     print_summary(results, reason, path, quiet=quiet)
     return 0
 
 
-def run_loop(trainer: Any, stop: Mapping[str, Any], logger: Any, run_dir: pathlib.Path, every: int,
-             keep: int | None, quiet: bool) -> tuple[list[dict[str, Any]], str]:
-    """``train()`` until a stop criterion holds, with a live progress bar and checkpoints."""
+def trial_folder(algo: str, env: str, index: int, variables: Mapping[str, Any]) -> str:
+    """A trial's folder name in Tune's layout: ``DQN_CartPole-v1_00003_3_lr=0.001``."""
+    from jaxdqn import sweep
+
+    name = f"{RUN_NAMES[algo]}_{env}_{index:05d}_{sweep.trial_name(index, variables)}"
+    return name.replace("/", "_")[:200]
+
+
+def train_sweep(args: argparse.Namespace, run: Run, loggers: list[str]) -> int:
+    """Every trial of a ``grid_search`` sweep: the trials that differ only in traced keys as one
+    vmapped program each (``sweep.group_trials``), one Tune-style folder per trial, then a
+    summary table (``summary.csv`` too)."""
+    from jaxdqn import sweep
+    from jaxdqn.config import algo_of, to_dict
+    from jaxdqn.logging import RunLogger
+    from jaxdqn.trainer import Trainer
+
+    configs = [c for _, c in run.trials]
+    algo, seeds = algo_of(run.config), run.seeds
+    with as_usage_errors():
+        programs = sweep.group_trials(configs)
+        trainers = []
+        for members in programs:  # every program is checked before any compiles
+            keys = sweep.differing_keys([configs[i] for i in members])
+            overrides = [{k: sweep.flat_keys(configs[i])[k] for k in keys} for i in members]
+            trainers.append(Trainer(configs[members[0]], num_seeds=seeds, trials=overrides))
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    experiment = pathlib.Path(args.out or f"results/{algo}_{run.config.env}_{stamp}")
+    writer = trainers[0].layout.process_index == 0
+    quiet = args.quiet or not writer
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
+    say(f"jaxdqn: {algo} sweep of {len(configs)} trials x {seeds or 1} seed(s) as {len(programs)} program(s) "
+        f"(trials differing only in traced keys share one), config from {run.source}; experiment folder "
+        f"{experiment}")
+    folders = [experiment / trial_folder(algo, c.env, i, v) for i, (v, c) in enumerate(run.trials)]
+    loggers_of: dict[int, Any] = {}
+    try:
+        with as_usage_errors():  # every logger starts (W&B runs included) before anything trains
+            for members in programs:
+                stop = stop_of(run, configs[members[0]])
+                for i in members:
+                    params = {"algo": algo, "seeds": seeds or 1, "stop": stop, **to_dict(configs[i])}
+                    loggers_of[i] = (RunLogger(folders[i], seeds, loggers, params=params, group=experiment.name)
+                                     if writer else None)
+        summary = []
+        for k, (members, trainer) in enumerate(zip(programs, trainers)):
+            say(f"program {k + 1}/{len(programs)}: trials {members}, {trainer.layout.describe()}")
+            program_dir = experiment / f"program_{k}"
+            outcome = run_loop(trainer, stop_of(run, configs[members[0]]), [loggers_of[i] for i in members],
+                               program_dir, args.checkpoint_every, args.keep, quiet,
+                               label=f"program {k + 1}/{len(programs)}")
+            path = trainer.save(program_dir, keep=args.keep)
+            for i, (results, reason) in zip(members, outcome):
+                summary.append((i, results, reason, path))
+    finally:
+        for logger in loggers_of.values():
+            if logger is not None:
+                logger.close()
+    summary.sort(key=lambda row: row[0])
+    if writer:
+        write_summary(experiment / "summary.csv", run, folders, summary)
+    print_sweep_summary(run, folders, summary, experiment, quiet=quiet)
+    return 0
+
+
+def _mean(results: list[dict[str, Any]], key: str) -> float:
+    values = [r[key] for r in results if not math.isnan(r[key])]
+    return sum(values) / len(values) if values else math.nan
+
+
+def write_summary(path: pathlib.Path, run: Run, folders: list[pathlib.Path], summary: list[Any]) -> None:
+    """One row per trial: its folder, grid variables, and final results (means over seeds)."""
+    import csv
+
+    names = list(dict.fromkeys(k for v, _ in run.trials for k in v))
+    columns = ["trial", *names, "episode_reward_mean", "episode_reward_mean_min_over_seeds",
+               "episode_reward_mean_max_over_seeds", "episode_len_mean", "timesteps_total", "training_iteration",
+               "time_total_s", "stop", "checkpoint"]
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(columns)
+        for i, results, reason, checkpoint_path in summary:
+            rewards = [r["episode_reward_mean"] for r in results]
+            out.writerow([folders[i].name, *(run.trials[i][0].get(n, "") for n in names),
+                          _mean(results, "episode_reward_mean"), min(rewards), max(rewards),
+                          _mean(results, "episode_len_mean"), results[0]["timesteps_total"],
+                          results[0]["training_iteration"], results[0]["time_total_s"], reason, checkpoint_path])
+    os.replace(tmp, path)
+
+
+def print_sweep_summary(run: Run, folders: list[pathlib.Path], summary: list[Any], experiment: pathlib.Path,
+                        *, quiet: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    names = list(dict.fromkeys(k for v, _ in run.trials for k in v))
+    table = Table(title=f"{len(summary)} trials, {run.seeds or 1} seed(s) each")
+    for column in ("trial", *names, "reward_mean", "min-max", "timesteps", "stop"):
+        table.add_column(column, justify="right")
+    for i, results, reason, _ in summary:
+        rewards = [r["episode_reward_mean"] for r in results]
+        table.add_row(str(i), *(str(run.trials[i][0].get(n, "")) for n in names),
+                      f"{_mean(results, 'episode_reward_mean'):.1f}", f"{min(rewards):.1f}-{max(rewards):.1f}",
+                      str(results[0]["timesteps_total"]), reason)
+    Console(quiet=quiet).print(table)
+    print(f"experiment: {experiment} (summary.csv; jaxdqn plot {experiment})")
+
+
+def run_loop(trainer: Any, stop: Mapping[str, Any], loggers: list[Any], run_dir: pathlib.Path, every: int,
+             keep: int | None, quiet: bool, label: str = "training") -> list[tuple[list[dict[str, Any]], str]]:
+    """``train()`` until a stop criterion holds, with a live progress bar and checkpoints.
+
+    ``loggers``: one per trial (one for a run without trials). Each trial stops on its own, as
+    in Tune: the first iteration at which every seed of it meets a criterion is its last logged
+    one (``done: True``); the program runs until every trial has stopped. Returns each trial's
+    ``(last results per seed, reason)``."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -270,24 +459,34 @@ def run_loop(trainer: Any, stop: Mapping[str, Any], logger: Any, run_dir: pathli
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("return {task.fields[ret]}"), TextColumn("{task.fields[sps]} steps/s"),
                TimeRemainingColumn()]
+    outcome: list[tuple[list[dict[str, Any]], str] | None] = [None] * len(loggers)
     with Progress(*columns, console=Console(stderr=True), disable=quiet) as progress:
-        task = progress.add_task("training", total=total, completed=min(trainer.timesteps_total, total),
+        task = progress.add_task(label, total=total, completed=min(trainer.timesteps_total, total),
                                  ret="-", sps="-")
         while True:
             out = trainer.train()
-            results = out if isinstance(out, list) else [out]
-            if logger is not None:
-                logger.write(results)
-            first = results[0]
-            mean_return = sum(r["episode_reward_mean"] for r in results) / len(results)
+            per_trial = out if trainer.trials is not None else [out]
+            per_trial = [t if isinstance(t, list) else [t] for t in per_trial]
+            for t, results in enumerate(per_trial):
+                if outcome[t] is not None:
+                    continue  # stopped earlier: Tune would not report it again
+                met = should_stop(results, stop)
+                if met:
+                    for r in results:
+                        r["done"] = True
+                    outcome[t] = (results, met)
+                if loggers[t] is not None:
+                    loggers[t].write(results)
+            runs = [r for results in per_trial for r in results]
+            first = runs[0]
+            mean_return = _mean(runs, "episode_reward_mean")
             progress.update(task, completed=min(first["timesteps_total"], total),
                             ret="-" if math.isnan(mean_return) else f"{mean_return:.1f}",
-                            sps=f"{first['num_env_steps_sampled_throughput_per_sec'] * len(results):,.0f}")
+                            sps=f"{first['num_env_steps_sampled_throughput_per_sec'] * len(runs):,.0f}")
             if every and trainer.iteration % every == 0:
                 trainer.save(run_dir, keep=keep)
-            met = should_stop(results, stop)
-            if met:
-                return results, met
+            if all(o is not None for o in outcome):
+                return outcome
 
 
 def print_summary(results: list[dict[str, Any]], reason: str, path: str, *, quiet: bool) -> None:
@@ -308,6 +507,7 @@ def print_summary(results: list[dict[str, Any]], reason: str, path: str, *, quie
     print(f"checkpoint: {path}")
 
 
+
 def evaluate(args: argparse.Namespace) -> int:
     from jaxdqn import checkpoint
     from jaxdqn.trainer import Trainer
@@ -316,19 +516,38 @@ def evaluate(args: argparse.Namespace) -> int:
     with as_usage_errors():
         # Greedy episodes need only the params: any checkpoint evaluates on one device.
         meta = checkpoint.read_meta(args.checkpoint)
-        sharded = meta.get("num_seeds") is None and meta.get("num_devices", 1) > 1
+        sharded = meta.get("num_seeds") is None and meta.get("trials") is None and meta.get("num_devices", 1) > 1
         trainer = Trainer.from_checkpoint(args.checkpoint, num_devices=1, learner_only=sharded, **overrides)
     out = trainer.evaluate()
-    results = out if isinstance(out, list) else [out]
-    for k, r in enumerate(results):
-        e = r["evaluation"]
-        print(f"seed {k}: episode_reward_mean {e['episode_reward_mean']:.2f} (min {e['episode_reward_min']:.1f}, "
-              f"max {e['episode_reward_max']:.1f}), episode_len_mean {e['episode_len_mean']:.1f}, "
-              f"{e['episodes_this_iter']} greedy episodes")
+    per_trial = out if trainer.trials is not None else [out]
+    labelled = [(f"trial {t} " if trainer.trials is not None else "", r if isinstance(r, list) else [r])
+                for t, r in enumerate(per_trial)]
+    for prefix, results in labelled:
+        for k, r in enumerate(results):
+            e = r["evaluation"]
+            print(f"{prefix}seed {k}: episode_reward_mean {e['episode_reward_mean']:.2f} (min "
+                  f"{e['episode_reward_min']:.1f}, max {e['episode_reward_max']:.1f}), episode_len_mean "
+                  f"{e['episode_len_mean']:.1f}, {e['episodes_this_iter']} greedy episodes")
     return 0
 
 
+def experiment_trials(folder: pathlib.Path) -> list[tuple[str, pathlib.Path]]:
+    """The trial folders of a sweep's experiment folder, with their labels (``3_lr=0.001``);
+    ``[]`` for a run folder."""
+    import re
+
+    if (folder / "result.json").exists() or (folder / "progress.csv").exists() or any(folder.glob("seed_*")):
+        return []
+    found = []
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir() and (p / "params.json").exists()):
+        match = re.search(r"_\d{5}_(.*)$", sub.name)
+        found.append((match.group(1) if match else sub.name, sub))
+    return sorted(found, key=lambda t: int(t[0].split("_")[0]) if t[0].split("_")[0].isdigit() else 0)
+
+
 def plot(args: argparse.Namespace) -> int:
+    """A run folder: its curve, mean and min-max over seeds. A sweep's experiment folder: one
+    curve per trial (mean over seeds, min-max band)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -340,28 +559,34 @@ def plot(args: argparse.Namespace) -> int:
     run_dir = pathlib.Path(args.run_dir)
     if not run_dir.is_dir():
         raise UsageError(f"{args.run_dir!r} is not a run folder")
+    trials = experiment_trials(run_dir)
     with as_usage_errors():
-        seeds = read_progress(run_dir)
-    for key in (args.x, args.metric):
-        if seeds[0] and key not in seeds[0][0]:
-            raise UsageError(f"column {key!r} is not in progress.csv; try episode_reward_mean / timesteps_total")
-    rows = min(len(s) for s in seeds)
-    if rows == 0:
-        raise UsageError(f"{args.run_dir!r} has no results yet")
-    x = np.array([r[args.x] for r in seeds[0][:rows]])
-    y = np.array([[r[args.metric] for r in s[:rows]] for s in seeds])  # [S, rows]
+        curves = [(label, read_progress(folder)) for label, folder in trials] or [(None, read_progress(run_dir))]
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
-    if len(seeds) > 1:
-        for curve in y:
-            ax.plot(x, curve, color="tab:blue", alpha=0.2, linewidth=0.8)
-        ax.fill_between(x, np.nanmin(y, 0), np.nanmax(y, 0), color="tab:blue", alpha=0.15, label="min-max over seeds")
-    ax.plot(x, np.nanmean(y, 0), color="tab:blue", linewidth=2,
-            label=f"mean over {len(seeds)} seeds" if len(seeds) > 1 else args.metric)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for n, (label, seeds) in enumerate(curves):
+        for key in (args.x, args.metric):
+            if seeds[0] and key not in seeds[0][0]:
+                raise UsageError(f"column {key!r} is not in progress.csv; try episode_reward_mean / timesteps_total")
+        rows = min(len(s) for s in seeds)
+        if rows == 0:
+            raise UsageError(f"{args.run_dir!r} has no results yet")
+        x = np.array([r[args.x] for r in seeds[0][:rows]])
+        y = np.array([[r[args.metric] for r in s[:rows]] for s in seeds])  # [S, rows]
+        color = colors[n % len(colors)]
+        if len(seeds) > 1:
+            if label is None:
+                for curve in y:
+                    ax.plot(x, curve, color=color, alpha=0.2, linewidth=0.8)
+            ax.fill_between(x, np.nanmin(y, 0), np.nanmax(y, 0), color=color, alpha=0.15,
+                            label="min-max over seeds" if label is None else None)
+        name = f"mean over {len(seeds)} seeds" if len(seeds) > 1 else args.metric
+        ax.plot(x, np.nanmean(y, 0), color=color, linewidth=2, label=name if label is None else label)
     ax.set_xlabel(args.x)
-    ax.set_ylabel(args.metric)
+    ax.set_ylabel(args.metric + (f" (mean over {len(curves[0][1])} seeds)" if trials and len(curves[0][1]) > 1 else ""))
     ax.set_title(run_dir.resolve().name)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="best", fontsize="small")
     fig.tight_layout()
     out = pathlib.Path(args.output) if args.output else run_dir / "learning_curve.png"
     fig.savefig(out)
@@ -401,6 +626,10 @@ def make_parser() -> Parser:
     t.add_argument("--keep", type=int, metavar="N", help="keep only the newest N checkpoints")
     t.add_argument("--resume", metavar="PATH", help="continue from a checkpoint (or a run folder's newest)")
     t.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    t.add_argument("--logger", action="append", choices=["csv", "tensorboard", "wandb"],
+                   help="result output besides result.json (repeatable; default csv): progress.csv, TensorBoard "
+                   "event files (pip install 'jaxdqn[tensorboard]'), Weights & Biases runs (pip install "
+                   "'jaxdqn[wandb]'; WANDB_MODE=offline keeps them local)")
     d = t.add_argument_group("devices and processes (--set num_devices=N|auto picks the devices)")
     d.add_argument("--local-devices", type=int, metavar="N",
                    help="split the CPU into N devices (RLlib's _fake_gpus; tests of multi-device runs)")
@@ -416,7 +645,8 @@ def make_parser() -> Parser:
     e.add_argument("--episodes", type=int, help="default: the config's evaluation_num_episodes")
     e.set_defaults(func=evaluate)
 
-    p = commands.add_parser("plot", help="learning curve PNG of a run folder (mean and spread over seeds)")
+    p = commands.add_parser("plot", help="learning curve PNG of a run folder (mean and spread over seeds) or of a "
+                            "sweep's experiment folder (one curve per trial)")
     p.add_argument("run_dir")
     p.add_argument("--metric", default="episode_reward_mean")
     p.add_argument("--x", default="timesteps_total")

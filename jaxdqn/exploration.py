@@ -6,7 +6,7 @@ DQN keeps its ``exploration_config`` with noisy layers); set ``initial_epsilon``
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -16,21 +16,19 @@ from jaxdqn.config import ExplorationConfig
 Array = jax.Array
 
 
-def piecewise_linear(points: Sequence[tuple[int, float]], t: Array) -> Array:
+def piecewise_linear(points: Sequence[tuple[Any, Any]], t: Array) -> Array:
     """RLlib's ``PiecewiseSchedule``: linear between ``(timestep, value)`` points, the end
-    values outside them. ``points`` is static; ``t`` may be traced."""
+    values outside them; a jump where two points share a timestep. The number of points is
+    static; ``t``, the timesteps and the values may be traced (a swept schedule)."""
     t = jnp.asarray(t, jnp.float32)
-    if len({p[0] for p in points}) == 1:  # one instant: the last value from then on
-        return jnp.where(t < points[0][0], points[0][1], points[-1][1]).astype(jnp.float32)
     # Unrolled over the static segments, each taking over from its start: a few elementwise ops
     # (``jnp.interp``'s searchsorted is a while loop on the CPU, run on every plan step).
     value = jnp.float32(points[0][1])
     for (t0, v0), (t1, v1) in zip(points, points[1:]):
-        if t1 == t0:  # a jump: the new value from t1 on
-            segment = jnp.float32(v1)
-        else:
-            frac = jnp.clip((t - t0) / jnp.float32(t1 - t0), 0.0, 1.0)
-            segment = jnp.float32(v0) + frac * jnp.float32(v1 - v0)
+        v0, v1 = jnp.float32(v0), jnp.float32(v1)
+        span = jnp.float32(t1) - jnp.float32(t0)
+        frac = jnp.clip((t - t0) / jnp.maximum(span, 1.0), 0.0, 1.0)
+        segment = jnp.where(span > 0, v0 + frac * (v1 - v0), v1)  # span 0: a jump to v1 at t1
         value = jnp.where(t >= t0, segment, value)
     return value.astype(jnp.float32)
 

@@ -308,9 +308,10 @@ def sync_target(
     """
     env_steps = jnp.asarray(env_steps, jnp.int32)
     due = env_steps - state.last_target_update > target_network_update_freq
-    if tau == 1.0:  # a hard copy, bit for bit
+    if isinstance(tau, (int, float)) and tau == 1.0:  # a hard copy, bit for bit
         blend = lambda online, old: online  # noqa: E731
     else:
+        # A traced tau (a sweep) always blends: 1 * online + 0 * old is the copy again.
         blend = lambda online, old: tau * online + (1.0 - tau) * old  # noqa: E731
 
     def synced(target):

@@ -27,7 +27,7 @@ divide) raises a ``ValueError`` naming the key, before anything compiles.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 import jax
 import numpy as np
@@ -50,7 +50,8 @@ class Layout(NamedTuple):
     num_local_devices: int  # of this process
     process_index: int
     num_processes: int
-    num_seeds: int | None
+    num_seeds: int | None  # runs vmapped: the seeds, or trials x seeds in a sweep
+    num_trials: int = 1  # a sweep's trials (``jaxdqn.sweep``): run ``r`` is trial ``r // (num_seeds / num_trials)``
 
     @property
     def data_parallel(self) -> bool:
@@ -69,11 +70,14 @@ class Layout(NamedTuple):
 
     def describe(self) -> str:
         hosts = f" over {self.num_processes} processes" if self.num_processes > 1 else ""
+        runs = "seeds"
+        if self.num_trials > 1:
+            runs = f"runs ({self.num_trials} trials x {self.num_seeds // self.num_trials} seeds)"
         if self.num_devices == 1:
-            return "1 device" + (f", {self.num_seeds} vmapped seeds" if self.num_seeds else "")
+            return "1 device" + (f", {self.num_seeds} vmapped {runs}" if self.num_seeds else "")
         if self.num_seeds is None:
             return f"{self.num_devices} devices{hosts}, data parallel (pmean)"
-        return f"{self.num_devices} devices{hosts}, {self.seeds_per_device} vmapped seeds per device"
+        return f"{self.num_devices} devices{hosts}, {self.seeds_per_device} vmapped {runs} per device"
 
 
 def resolve_num_devices(config: DQNConfig) -> int:
@@ -95,10 +99,15 @@ def resolve_num_devices(config: DQNConfig) -> int:
     return wanted
 
 
-def make_layout(config: DQNConfig, num_seeds: int | None) -> Layout:
-    """The layout of ``config`` with ``num_seeds``; every refusal is a ``ValueError``."""
+def make_layout(config: DQNConfig, num_seeds: int | None, num_trials: int = 1) -> Layout:
+    """The layout of ``config`` with ``num_seeds`` vmapped runs (``num_trials`` trials of a sweep
+    among them); every refusal is a ``ValueError``."""
     devices = resolve_num_devices(config)
     if num_seeds is not None and num_seeds % devices:
+        if num_trials > 1:
+            raise ValueError(f"{num_trials} trials x {num_seeds // num_trials} seeds = {num_seeds} runs is invalid "
+                             f"with num_devices={devices}: runs are spread evenly over the devices; make "
+                             f"trials x seeds a multiple of {devices}")
         raise ValueError(f"num_seeds={num_seeds} is invalid with num_devices={devices}: seeds are "
                          f"spread evenly over the devices; use a multiple of {devices}")
     if num_seeds is None:
@@ -107,7 +116,7 @@ def make_layout(config: DQNConfig, num_seeds: int | None) -> Layout:
         split_totals(config, devices)  # raises for a total that does not divide
     local = devices // jax.process_count()
     return Layout(num_devices=devices, num_local_devices=local, process_index=jax.process_index(),
-                  num_processes=jax.process_count(), num_seeds=num_seeds)
+                  num_processes=jax.process_count(), num_seeds=num_seeds, num_trials=num_trials)
 
 
 def _local_devices(layout: Layout) -> list[Any]:
@@ -133,9 +142,16 @@ def layout_prng(num_devices: int, num_seeds: int | None) -> dict[str, Any]:
     return {} if num_devices == 1 and num_seeds is None else {"prng_impl": None}
 
 
-def layout_keys(seed: int, num_devices: int, num_seeds: int | None) -> jax.Array:
+def layout_keys(seed: int | Sequence[int], num_devices: int, num_seeds: int | None) -> jax.Array:
     """The global init keys of a layout: ``[]``, ``[S]``, ``[D]`` (one key, the same on every
-    device: one run) or ``[D, S/D]`` (seed ``k`` of ``S`` is ``split(key(seed), S)[k]`` always)."""
+    device: one run) or ``[D, S/D]`` (seed ``k`` of ``S`` is ``split(key(seed), S)[k]`` always).
+
+    A sweep passes one ``seed`` per trial and ``num_seeds = trials x seeds`` runs: trial ``t``'s
+    seed ``k`` is ``split(key(seed[t]), seeds)[k]``, as in a run of that trial alone."""
+    if not isinstance(seed, int):
+        per_trial = num_seeds // len(seed)
+        keys = jax.numpy.concatenate([jax.random.split(jax.random.key(s), per_trial) for s in seed])
+        return keys if num_devices == 1 else keys.reshape(num_devices, num_seeds // num_devices)
     key = jax.random.key(seed)
     if num_devices == 1:
         return key if num_seeds is None else jax.random.split(key, num_seeds)
@@ -164,6 +180,7 @@ class Runner(NamedTuple):
     to_device: Callable[[Any], Any]
     unreplicate: Callable[[Any], Any]
     replicate: Callable[[Any], Any]
+    trial_values: dict[str, np.ndarray]  # a sweep's traced keys: ``[R]`` per key, one row per run ({} if none)
 
 
 def make_plan(config: DQNConfig, **kwargs: Any) -> Any:
@@ -201,11 +218,23 @@ def unreplicate_global(tree: Any, num_devices: int, num_seeds: int | None) -> An
 
 
 def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
-                before_learn_on_batch: "BatchHook | None" = None) -> Runner:
+                before_learn_on_batch: "BatchHook | None" = None,
+                trials: Sequence[DQNConfig] | None = None) -> Runner:
     """The ``Runner`` of ``config`` on the layout that ``config.num_devices`` and ``num_seeds``
-    give (see the module docstring)."""
-    layout = make_layout(config, num_seeds)
-    D, S = layout.num_devices, num_seeds
+    give (see the module docstring).
+
+    ``trials``: a sweep's configs, differing from each other only in ``sweep.TRACED_KEYS`` and
+    ``seed`` (``config`` is one of them: its static parts build the program). They run as
+    ``R = trials x seeds`` vmapped runs (``num_seeds`` None counts as 1), run ``r`` being seed
+    ``r % S`` of trial ``r // S``, each reading its trial's values from a ``[R]`` array."""
+    from jaxdqn import sweep
+
+    num_trials = 1 if trials is None else len(trials)
+    runs = num_seeds if trials is None else num_trials * (num_seeds or 1)
+    values = {} if trials is None else sweep.trial_values(trials)
+    run_values = {k: np.repeat(v, runs // num_trials) for k, v in values.items()}  # [R]
+    layout = make_layout(config, runs, num_trials)
+    D, S = layout.num_devices, runs
     prng = layout_prng(D, S)
     if layout.data_parallel:
         plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, axis_name=AXIS, num_replicas=D,
@@ -218,20 +247,39 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
                                           jax.sharding.PartitionSpec(AXIS))
     first = layout.process_index * layout.num_local_devices  # this process's rows of the global state
 
-    keys = lambda: layout_keys(config.seed, D, S)  # noqa: E731
+    seeds = config.seed if trials is None else [t.seed for t in trials]
+    keys = lambda: layout_keys(seeds, D, S)  # noqa: E731
     template = lambda: global_template(config, D, S)  # noqa: E731
     stacked = (lambda f: jax.vmap(f)) if S is not None else (lambda f: f)
+    if values:  # a sweep: the plan of each run's trial, built from its traced values
+        def traced(v: dict[str, Any]) -> "Plan":
+            return make_plan(sweep.traced_config(config, v), before_learn_on_batch=before_learn_on_batch, **prng)
+
+        init_one = lambda key, v: traced(v).init(key)  # noqa: E731
+        chunk_one = lambda state, v: traced(v).chunk(state)  # noqa: E731
+        rows = lambda x: x if D == 1 else x.reshape((D, S // D))  # noqa: E731
+        host_values = {k: rows(v) for k, v in run_values.items()}
+    else:
+        init_one = lambda key, v: plan.init(key)  # noqa: E731
+        chunk_one = lambda state, v: plan.chunk(state)  # noqa: E731
+        host_values = {}
     if D == 1:
-        init_fn = jax.jit(stacked(plan.init))
-        chunk = jax.jit(stacked(plan.chunk), donate_argnums=0)
-        init = lambda: init_fn(keys())  # noqa: E731
+        init_fn = jax.jit(stacked(init_one))
+        chunk_fn = jax.jit(stacked(chunk_one), donate_argnums=0)
+        device_values = jax.device_put(host_values)
+        init = lambda: init_fn(keys(), device_values)  # noqa: E731
     else:
         # One process: the first D devices. Several: pmap's default, every device of every process
         # (``devices=`` would confine the axis, and its collectives, to this process's devices).
         pmap = dict(axis_name=AXIS, devices=local if layout.num_processes == 1 else None)
-        init_fn = jax.pmap(stacked(plan.init), **pmap)
-        chunk = jax.pmap(stacked(plan.chunk), donate_argnums=0, **pmap)
-        init = lambda: init_fn(keys()[first:first + layout.num_local_devices])  # noqa: E731
+        init_fn = jax.pmap(stacked(init_one), **pmap)
+        chunk_fn = jax.pmap(stacked(chunk_one), donate_argnums=0, **pmap)
+        mine = lambda x: x[first:first + layout.num_local_devices]  # noqa: E731
+        device_values = jax.device_put(jax.tree_util.tree_map(mine, host_values), sharding)
+        init = lambda: init_fn(mine(keys()), device_values)  # noqa: E731
+
+    def chunk(state: Any) -> tuple[Any, dict[str, Any]]:
+        return chunk_fn(state, device_values)
 
     def gather(tree: Any) -> Any:
         """This process's rows -> all rows, as host arrays (typed keys kept)."""
@@ -275,7 +323,7 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
 
     return Runner(layout=layout, plan=plan, init=init, chunk=chunk, template=template,
                   report_to_host=report_to_host, to_host=to_host, to_device=to_device, unreplicate=unreplicate,
-                  replicate=replicate)
+                  replicate=replicate, trial_values=run_values)
 
 
 __all__ = ["AXIS", "Layout", "Runner", "global_template", "is_key", "key_impl_name", "layout_keys", "layout_prng",

@@ -15,14 +15,14 @@ import dataclasses
 import datetime
 import os
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import jaxdqn
-from jaxdqn import checkpoint, exploration, parallel
+from jaxdqn import checkpoint, exploration, parallel, sweep
 from jaxdqn.config import DQNConfig, algo_of, from_dict, to_dict
 from jaxdqn.plan import BatchHook
 from jaxdqn.rollout import Memory
@@ -97,6 +97,23 @@ def result_dict(report: Mapping[str, Any], *, iteration: int, time_this_iter_s: 
     }
 
 
+def apply_overrides(config: DQNConfig, overrides: Mapping[str, Any]) -> DQNConfig:
+    """``config`` with a trial's ``overrides`` (our keys; ``a.b`` or nested mappings reach into
+    ``model``, ``exploration_config``, ``evaluation_config``), validated."""
+    data = to_dict(config)
+    for key, value in overrides.items():
+        parent, _, leaf = str(key).rpartition(".")
+        if parent:
+            if not isinstance(data.get(parent), dict):
+                raise ValueError(f"trial key {key!r} is invalid: {parent!r} is not a nested section")
+            data[parent] = {**data[parent], leaf: value}
+        elif isinstance(value, Mapping) and isinstance(data.get(leaf), dict) and leaf != "env_params":
+            data[leaf] = {**data[leaf], **value}
+        else:
+            data[leaf] = value
+    return from_dict(data, algo_of(config))
+
+
 def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """``"key: checkpoint X, now Y"`` for every key outside ``RESUMABLE_KEYS`` that differs."""
     keys = sorted((set(saved) | set(current)) - RESUMABLE_KEYS)
@@ -121,14 +138,24 @@ class Trainer:
     """
 
     def __init__(self, config: DQNConfig | Mapping[str, Any], *, algo: str = "dqn",
-                 num_seeds: int | None = None, before_learn_on_batch: BatchHook | None = None) -> None:
+                 num_seeds: int | None = None, before_learn_on_batch: BatchHook | None = None,
+                 trials: Sequence[Mapping[str, Any]] | None = None) -> None:
         if not isinstance(config, DQNConfig):
             config = from_dict(config, algo)
         if num_seeds is not None and (not isinstance(num_seeds, int) or isinstance(num_seeds, bool)
                                       or num_seeds < 1):
             raise ValueError(f"num_seeds={num_seeds!r} is invalid: must be None or an int >= 1")
         self.num_seeds = num_seeds
-        self.runner = parallel.make_runner(config, num_seeds, before_learn_on_batch=before_learn_on_batch)
+        self.trials = None if trials is None else [dict(t) for t in trials]
+        trial_configs = None
+        if trials is not None:
+            if not self.trials:
+                raise ValueError("trials=[] is invalid: give at least one trial's overrides, e.g. [{'lr': 1e-3}]")
+            trial_configs = [apply_overrides(config, t) for t in self.trials]
+            config = trial_configs[0]
+        self.trial_configs = trial_configs
+        self.runner = parallel.make_runner(config, num_seeds, before_learn_on_batch=before_learn_on_batch,
+                                           trials=trial_configs)
         self.layout = self.runner.layout
         self.plan = self.runner.plan
         multi = config.multiagent
@@ -136,7 +163,8 @@ class Trainer:
             config = config.replace(multiagent=dataclasses.replace(multi, policy_mapping_fn=self.plan.policy_mapping))
         self.config = config
         self._chunk = self.runner.chunk
-        stacked = (lambda f: jax.vmap(f)) if num_seeds is not None else (lambda f: f)
+        self._runs = self.layout.num_seeds  # the vmapped axis: seeds, or trials x seeds (None: one run)
+        stacked = (lambda f: jax.vmap(f)) if self._runs is not None else (lambda f: f)
         self._evaluate = jax.jit(stacked(self.plan.evaluate))
         multi_agent = self.plan.policy_mapping is not None
         self._act = jax.jit(self.plan.act, static_argnums=2) if multi_agent else jax.jit(self.plan.act)
@@ -145,6 +173,22 @@ class Trainer:
         self.time_total_s = 0.0
         self.evaluations = 0
         self._explore_draws = 0
+
+    @property
+    def num_trials(self) -> int | None:
+        """The sweep's trial count (``None``: not a sweep)."""
+        return None if self.trials is None else len(self.trials)
+
+    def _nest(self, runs: list[Any]) -> Any:
+        """One item per vmapped run -> the public shape: one item, a list over seeds, or with
+        trials a list over trials (of lists over seeds when ``num_seeds`` is set)."""
+        if self._runs is None:
+            return runs[0]
+        if self.trials is None:
+            return runs
+        per = self.num_seeds or 1
+        groups = [runs[t * per:(t + 1) * per] for t in range(len(self.trials))]
+        return groups if self.num_seeds is not None else [g[0] for g in groups]
 
     # --- state -----------------------------------------------------------------------------
     @property
@@ -155,31 +199,51 @@ class Trainer:
             self._state = self.runner.init()
         return self._state
 
-    def _seed_view(self, tree: Any, seed: int) -> Any:
+    def _seed_view(self, tree: Any, seed: int, trial: int = 0) -> Any:
+        """The rows of run (``trial``, ``seed``) of a tree with the vmapped run axis."""
+        if self.trials is None and trial != 0:
+            raise ValueError(f"trial={trial} is invalid: this Trainer runs no sweep (trial 0)")
+        if self.trials is not None and not 0 <= trial < len(self.trials):
+            raise ValueError(f"trial={trial} is invalid: must be in [0, {len(self.trials) - 1}]")
         if self.num_seeds is None:
             if seed != 0:
                 raise ValueError(f"seed={seed} is invalid: this Trainer runs one seed (0)")
-            return tree
-        if not 0 <= seed < self.num_seeds:
+        elif not 0 <= seed < self.num_seeds:
             raise ValueError(f"seed={seed} is invalid: must be in [0, {self.num_seeds - 1}]")
-        return jax.tree_util.tree_map(lambda x: x[seed], tree)
+        if self._runs is None:
+            return tree
+        run = trial * (self.num_seeds or 1) + seed
+        return jax.tree_util.tree_map(lambda x: x[run], tree)
 
     @property
     def params(self) -> Any:
-        """The online Q-network parameters (leaves ``[S, ...]`` with seeds; one copy of the
-        replicated params with several devices)."""
+        """The online Q-network parameters (leaves ``[S, ...]`` with seeds, ``[T, S, ...]`` or
+        ``[T, ...]`` with trials; one copy of the replicated params with several devices)."""
+        return self._unflatten_runs(self._run_params())
+
+    def _run_params(self) -> Any:
+        """The params with the vmapped run axis (``[R, ...]``) as the plan's functions take them."""
         learner = self.state.learner
         if isinstance(learner, dict):  # multi-agent: policy id -> params
             return self.runner.unreplicate({pid: ls.params for pid, ls in learner.items()})
         return self.runner.unreplicate(learner.params)
 
+    def _unflatten_runs(self, tree: Any) -> Any:
+        if self.trials is None or self.num_seeds is None:
+            return tree
+        shape = (len(self.trials), self.num_seeds)
+        return jax.tree_util.tree_map(lambda x: x.reshape(shape + x.shape[1:]), tree)
+
     # --- RLlib's API ---------------------------------------------------------------------------
-    def train(self) -> dict[str, Any] | list[dict[str, Any]]:
+    def train(self) -> Any:
         """One iteration: a chunk of ``timesteps_per_iteration`` env steps (whole store/replay
         rounds), or more chunks until ``min_iter_time_s`` has passed; then, every
         ``evaluation_interval`` iterations, an ``evaluate()`` whose results come under
         ``"evaluation"`` (RLlib's ``Trainer.train``). The first iteration counts the warm-up's
-        steps and episodes too, so ``timesteps_this_iter`` sums to ``timesteps_total``."""
+        steps and episodes too, so ``timesteps_this_iter`` sums to ``timesteps_total``.
+
+        Returns a result dict, a list of them (one per seed), or with ``trials`` a list per trial
+        of those (``results[trial][seed]``, or ``results[trial]`` without ``num_seeds``)."""
         start = time.perf_counter()
         reports = []
         while not reports or time.perf_counter() - start < self.config.min_iter_time_s:
@@ -192,37 +256,56 @@ class Trainer:
         seconds = time.perf_counter() - start
         self.iteration += 1
         self.time_total_s += seconds
-        if self.num_seeds is None:
-            results = result_dict(report, iteration=self.iteration, time_this_iter_s=seconds,
-                                  time_total_s=self.time_total_s)
+        timing = dict(iteration=self.iteration, time_this_iter_s=seconds, time_total_s=self.time_total_s)
+        if self._runs is None:
+            runs = [result_dict(report, **timing)]
         else:
-            results = [result_dict({k: np.asarray(v)[seed] if np.ndim(v) else v for k, v in report.items()},
-                                   iteration=self.iteration, time_this_iter_s=seconds,
-                                   time_total_s=self.time_total_s) for seed in range(self.num_seeds)]
+            runs = [result_dict({k: np.asarray(v)[r] if np.ndim(v) else v for k, v in report.items()}, **timing)
+                    for r in range(self._runs)]
+        for r, config in enumerate(self._run_configs()):
+            runs[r]["config"] = config
         interval = self.config.evaluation_interval
         if interval is not None and self.iteration % interval == 0:
-            evaluation = self.evaluate()
-            if self.num_seeds is None:
-                results.update(evaluation)
-            else:
-                for result, one in zip(results, evaluation):
-                    result.update(one)
-        return results
+            for result, one in zip(runs, self._evaluate_runs()):
+                result.update(one)
+        return self._nest(runs)
+
+    def _run_configs(self) -> list[dict[str, Any]]:
+        """Each run's trial overrides (Tune's ``config`` in a sweep's results; empty otherwise)."""
+        if self.trials is None:
+            return []
+        return [dict(t) for t in self.trials for _ in range(self.num_seeds or 1)]
+
+    def _schedule_epsilon(self) -> Any:
+        """The epsilon schedule's value now (``[R]`` with vmapped runs), each run its trial's."""
+        sampled = self.runner.unreplicate(self.state.metrics.num_steps_sampled)
+        return sweep.per_trial(self.config, self.runner.trial_values,
+                               lambda c, t: exploration.epsilon(c.exploration_config, t), sampled)
 
     def _epsilon(self) -> Any:
-        """The behaviour policy's current epsilon (``[S]`` with seeds; 0 with ``explore=False``)."""
-        sampled = self.runner.unreplicate(self.state.metrics.num_steps_sampled)
-        return exploration.behaviour_epsilon(self.config.exploration_config, sampled, explore=self.config.explore)
+        """The behaviour policy's current epsilon (``[R]`` with vmapped runs; 0 with ``explore=False``)."""
+        eps = self._schedule_epsilon()
+        return eps if self.config.explore else jnp.zeros_like(eps)
 
-    def evaluate(self) -> dict[str, Any] | list[dict[str, Any]]:
+    def evaluate(self) -> Any:
         """``evaluation_num_episodes`` episodes, greedy or (``evaluation_config.explore``)
-        epsilon-greedy at the current epsilon: ``{"evaluation": {episode_reward_mean, ...}}``."""
-        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(self.config.seed), EVAL_STREAM),
-                                 self.evaluations)
+        epsilon-greedy at the current epsilon: ``{"evaluation": {episode_reward_mean, ...}}``
+        (per seed and trial, shaped as ``train()``'s results)."""
+        return self._nest(self._evaluate_runs())
+
+    def _evaluate_runs(self) -> list[dict[str, Any]]:
+        def stream(seed: int) -> Any:
+            return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), EVAL_STREAM), self.evaluations)
+
+        if self.trials is not None:  # each trial's seed, as in a run of that trial alone
+            key = jax.numpy.concatenate([jax.random.split(stream(c.seed), self.num_seeds or 1)
+                                         for c in self.trial_configs])
+        else:
+            key = stream(self.config.seed)
+            if self._runs is not None:
+                key = jax.random.split(key, self._runs)
         self.evaluations += 1
-        if self.num_seeds is not None:
-            key = jax.random.split(key, self.num_seeds)
-        out = jax.device_get(self._evaluate(self.params, key, self._epsilon()))
+        out = jax.device_get(self._evaluate(self._run_params(), key, self._epsilon()))
 
         def one(ret: np.ndarray, length: np.ndarray) -> dict[str, Any]:
             return {"evaluation": {
@@ -231,9 +314,9 @@ class Trainer:
                 "episodes_this_iter": int(ret.shape[0]), "hist_stats": {"episode_reward": ret.tolist()},
             }}
 
-        if self.num_seeds is None:
-            return one(out.episode_return, out.episode_length)
-        return [one(out.episode_return[s], out.episode_length[s]) for s in range(self.num_seeds)]
+        if self._runs is None:
+            return [one(out.episode_return, out.episode_length)]
+        return [one(out.episode_return[r], out.episode_length[r]) for r in range(self._runs)]
 
     def get_initial_state(self) -> list[np.ndarray]:
         """A recurrent policy's initial state for ``compute_single_action`` (RLlib's name):
@@ -243,7 +326,8 @@ class Trainer:
         return [np.asarray(x[0]) for x in self.plan.network.initial_state(1)]
 
     def compute_single_action(self, observation: Any, state: list[Any] | None = None, *,
-                              policy_id: str | None = None, explore: bool | None = None, seed: int = 0) -> Any:
+                              policy_id: str | None = None, explore: bool | None = None, seed: int = 0,
+                              trial: int = 0) -> Any:
         """The action for one observation: greedy, or epsilon-greedy at the current epsilon;
         ``explore=None`` takes the config's ``explore`` (RLlib's default: True). Exploration
         here is epsilon around the mean-weight network (noisy layers' noise is not sampled).
@@ -269,7 +353,7 @@ class Trainer:
             obs_shape, num_actions = self.plan.spec.obs_shape, self.plan.spec.num_actions
         if obs.shape != obs_shape:
             raise ValueError(f"observation has shape {obs.shape}; this env's is {obs_shape}")
-        params = self._seed_view(self.params, seed)
+        params = self._seed_view(self._run_params(), seed, trial)
         recurrent = self.config.model.use_lstm
         if recurrent:
             first = state is None
@@ -288,10 +372,10 @@ class Trainer:
         if explore is None:
             explore = self.config.explore
         if explore:
-            sampled = self._seed_view(self.runner.unreplicate(self.state.metrics.num_steps_sampled), seed)
-            eps = float(exploration.epsilon(self.config.exploration_config, sampled))
+            sampled = self._seed_view(self.runner.unreplicate(self.state.metrics.num_steps_sampled), seed, trial)
+            eps = float(self._seed_view(self._schedule_epsilon(), seed, trial))
             self._explore_draws += 1  # a fresh draw per call, reproducible from the seed
-            rng = np.random.default_rng([self.config.seed, seed, int(sampled), self._explore_draws])
+            rng = np.random.default_rng([self.config.seed, trial, seed, int(sampled), self._explore_draws])
             if rng.random() < eps:
                 action = int(rng.integers(num_actions))
         if recurrent:
@@ -303,6 +387,7 @@ class Trainer:
         return {
             "format": CHECKPOINT_FORMAT, "jaxdqn_version": jaxdqn.__version__, "algo": algo_of(self.config),
             "config": to_dict(self.config), "num_seeds": self.num_seeds, "num_devices": self.layout.num_devices,
+            "trials": self.trials,
             "iteration": self.iteration,
             "time_total_s": self.time_total_s, "evaluations": self.evaluations,
         }
@@ -336,9 +421,11 @@ class Trainer:
             problems.append(f"algo: checkpoint {meta.get('algo')!r}, now {algo_of(self.config)!r}")
         if meta.get("num_seeds") != self.num_seeds:
             problems.append(f"num_seeds: checkpoint {meta.get('num_seeds')!r}, now {self.num_seeds!r}")
+        if meta.get("trials") != self.trials:
+            problems.append(f"trials: checkpoint {meta.get('trials')!r}, now {self.trials!r}")
         saved_devices = int(meta.get("num_devices", 1))
         devices = self.layout.num_devices
-        sharded = self.num_seeds is None and devices != saved_devices and max(devices, saved_devices) > 1
+        sharded = self._runs is None and devices != saved_devices and max(devices, saved_devices) > 1
         if sharded and not learner_only:
             problems.append(
                 f"num_devices: the checkpoint's state is laid out over {saved_devices} device(s) (one replay "
@@ -351,9 +438,9 @@ class Trainer:
             raise ValueError(f"checkpoint {str(checkpoint.resolve(path))!r} does not fit this Trainer: "
                              + "; ".join(problems))
         saved_config = self.config.replace(num_devices=saved_devices)
-        state, meta = checkpoint.restore(path, parallel.global_template(saved_config, saved_devices, self.num_seeds))
+        state, meta = checkpoint.restore(path, parallel.global_template(saved_config, saved_devices, self._runs))
         if saved_devices != devices or learner_only:
-            state = self.runner.replicate(parallel.unreplicate_global(state, saved_devices, self.num_seeds))
+            state = self.runner.replicate(parallel.unreplicate_global(state, saved_devices, self._runs))
         if learner_only:
             self._state = self.state._replace(learner=self.runner.to_device(state.learner))
             return
@@ -374,7 +461,8 @@ class Trainer:
         if not_allowed:
             raise ValueError(f"{not_allowed} cannot change when resuming; allowed: {sorted(allowed)}")
         config = from_dict({**meta["config"], **overrides}, meta["algo"])
-        trainer = cls(config, num_seeds=meta["num_seeds"], before_learn_on_batch=before_learn_on_batch)
+        trainer = cls(config, num_seeds=meta["num_seeds"], before_learn_on_batch=before_learn_on_batch,
+                      trials=meta.get("trials"))
         trainer.restore(path, learner_only=learner_only)
         return trainer
 
@@ -385,7 +473,8 @@ class Trainer:
 
     def __repr__(self) -> str:
         seeds = "" if self.num_seeds is None else f", num_seeds={self.num_seeds}"
+        seeds += "" if self.trials is None else f", trials={len(self.trials)}"
         return f"Trainer({algo_of(self.config)}, env={self.config.env!r}{seeds}, iteration={self.iteration})"
 
 
-__all__ = ["RESUMABLE_KEYS", "Trainer", "config_differences", "merge_reports", "result_dict"]
+__all__ = ["RESUMABLE_KEYS", "Trainer", "apply_overrides", "config_differences", "merge_reports", "result_dict"]

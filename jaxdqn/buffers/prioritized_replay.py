@@ -22,7 +22,10 @@ Array = jax.Array
 
 
 def check_priority_args(alpha: float, eps: float) -> None:
-    """Refuse ``alpha < 0`` or ``eps <= 0`` (which would give zero or undefined priorities)."""
+    """Refuse ``alpha < 0`` or ``eps <= 0`` (which would give zero or undefined priorities).
+    Traced values (a sweep, ``jaxdqn.sweep``) pass: each trial's config checked them."""
+    if isinstance(alpha, jax.core.Tracer) or isinstance(eps, jax.core.Tracer):
+        return
     if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not alpha >= 0:
         raise ValueError(f"alpha must be a number >= 0 (0 is uniform replay), got {alpha!r}")
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
