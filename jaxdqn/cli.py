@@ -120,12 +120,40 @@ def is_rllib_document(doc: Any) -> bool:
             and "run" in next(iter(doc.values())))
 
 
+TUNE_KEYS = ("checkpoint_freq", "checkpoint_at_end", "keep_checkpoints_num", "local_dir", "num_samples")
+
+
+def tune_options(name: str, experiment: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Tune's experiment keys of an RLlib YAML, checked: ``checkpoint_freq`` (iterations between
+    checkpoints), ``checkpoint_at_end``, ``keep_checkpoints_num``, ``local_dir`` (the results
+    root: the run folder is ``local_dir/<experiment name>``) and ``num_samples`` (repeats of
+    every trial: here its seeds, vmapped)."""
+    options = {"name": name}
+    for key in ("checkpoint_freq", "keep_checkpoints_num", "num_samples"):
+        if key in experiment:
+            value = experiment[key]
+            low = 0 if key == "checkpoint_freq" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise UsageError(f"{source}: {key}={value!r} is invalid: must be an int >= {low}")
+            options[key] = value
+    if "checkpoint_at_end" in experiment:
+        if not isinstance(experiment["checkpoint_at_end"], bool):
+            raise UsageError(f"{source}: checkpoint_at_end={experiment['checkpoint_at_end']!r} is invalid: must be a bool")
+        options["checkpoint_at_end"] = experiment["checkpoint_at_end"]
+    if "local_dir" in experiment:
+        if not isinstance(experiment["local_dir"], str) or not experiment["local_dir"]:
+            raise UsageError(f"{source}: local_dir={experiment['local_dir']!r} is invalid: must be a folder path")
+        options["local_dir"] = experiment["local_dir"]
+    return options
+
+
 def document_variants(doc: Any, source: str) -> tuple[str, list[tuple[dict[str, Any], dict[str, Any]]],
-                                                     dict[str, Any], int | None]:
-    """``(algo, variants, stop, seeds)`` from one of the two YAML layouts; ``variants`` is
-    ``[(grid variables, our config dict)]``: one per trial of the RLlib config's
+                                                     dict[str, Any], int | None, dict[str, Any]]:
+    """``(algo, variants, stop, seeds, options)`` from one of the two YAML layouts; ``variants``
+    is ``[(grid variables, our config dict)]``: one per trial of the RLlib config's
     ``grid_search`` values (Tune's order), one with no variables without them. Our layout keeps
-    its ``grid_search`` values in the dict (``build_run`` expands them after ``--set``)."""
+    its ``grid_search`` values in the dict (``build_run`` expands them after ``--set``).
+    ``options``: Tune's experiment keys (``tune_options``; ``{}`` for our layout)."""
     from jaxdqn import sweep
     from jaxdqn.config import RLLIB_RUN_NAMES, config_class, to_dict
 
@@ -133,8 +161,7 @@ def document_variants(doc: Any, source: str) -> tuple[str, list[tuple[dict[str, 
         raise UsageError(f"{source}: expected a mapping of config keys, got {type(doc).__name__}")
     if is_rllib_document(doc):
         (name, experiment), = doc.items()
-        unknown = set(experiment) - {"env", "run", "stop", "config", "checkpoint_freq", "checkpoint_at_end",
-                                     "num_samples", "local_dir", "keep_checkpoints_num"}
+        unknown = set(experiment) - {"env", "run", "stop", "config", *TUNE_KEYS}
         if unknown:
             raise UsageError(f"{source}: experiment {name!r} has unsupported key {sorted(unknown)[0]!r}")
         run = experiment["run"]
@@ -159,18 +186,19 @@ def document_variants(doc: Any, source: str) -> tuple[str, list[tuple[dict[str, 
             if "timesteps_total" in stop:
                 config["total_timesteps"] = int(stop["timesteps_total"])
             variants.append((variables, config))
-        return algo, variants, stop, None
+        options = tune_options(name, experiment, source)
+        return algo, variants, stop, options.pop("num_samples", None), options
     doc = dict(doc)
     algo = doc.pop("algo", "dqn")
     stop = dict(doc.pop("stop", None) or {})
     seeds = doc.pop("seeds", None)
     config_class(algo)  # validates the name
-    return algo, [({}, doc)], stop, seeds
+    return algo, [({}, doc)], stop, seeds, {}
 
 
 def document_to_spec(doc: Any, source: str) -> tuple[str, dict[str, Any], dict[str, Any], int | None]:
     """``(algo, our config dict, stop, seeds)`` from a YAML document of one trial."""
-    algo, variants, stop, seeds = document_variants(doc, source)
+    algo, variants, stop, seeds, _ = document_variants(doc, source)
     if len(variants) != 1:
         raise UsageError(f"{source} has grid_search values ({len(variants)} trials): run it with jaxdqn train")
     return algo, variants[0][1], stop, seeds
@@ -184,6 +212,7 @@ class Run(NamedTuple):
     seeds: int | None
     source: str
     fake_devices: int | None
+    options: dict[str, Any]  # Tune's experiment keys (``tune_options``)
 
     @property
     def config(self) -> Any:
@@ -201,7 +230,7 @@ def build_run(args: argparse.Namespace) -> Run:
     from jaxdqn.config import from_dict
 
     if args.config:
-        algo, variants, stop, seeds = document_variants(read_yaml(args.config), args.config)
+        algo, variants, stop, seeds, options = document_variants(read_yaml(args.config), args.config)
         source = args.config
         if args.algo is not None and args.algo != algo:
             raise UsageError(f"--algo {args.algo} contradicts {args.config} (algo {algo})")
@@ -211,10 +240,10 @@ def build_run(args: argparse.Namespace) -> Run:
         tuned = tuned_example(algo, env)
         if tuned is not None:
             name, doc = tuned
-            algo, variants, stop, seeds = document_variants(doc, name)
+            algo, variants, stop, seeds, options = document_variants(doc, name)
             source = f"tuned example {name}"
         else:
-            variants, stop, seeds, source = [({}, {"env": env})], {}, None, "library defaults"
+            variants, stop, seeds, source, options = [({}, {"env": env})], {}, None, "library defaults", {}
     if args.timesteps is not None:
         stop["timesteps_total"] = args.timesteps
     if args.seeds is not None:
@@ -243,7 +272,24 @@ def build_run(args: argparse.Namespace) -> Run:
             except (ValueError, TypeError) as e:
                 raise UsageError(f"trial {variables}: {e}" if variables else str(e)) from None
     return Run(trials=trials, stop=stop, seeds=None if seeds in (None, 1) else seeds, source=source,
-               fake_devices=fake_devices)
+               fake_devices=fake_devices, options=options)
+
+
+def checkpointing(args: argparse.Namespace, run: Run | None) -> tuple[int, int | None, bool]:
+    """``(every, keep, at_end)``: the flags, else the YAML's Tune keys (``checkpoint_freq``,
+    ``keep_checkpoints_num``, ``checkpoint_at_end``), else every 0 (never), keep all, at the end."""
+    options = run.options if run is not None else {}
+    every = args.checkpoint_every if args.checkpoint_every else options.get("checkpoint_freq", 0)
+    keep = args.keep if args.keep is not None else options.get("keep_checkpoints_num")
+    return every, keep, options.get("checkpoint_at_end", True)
+
+
+def default_folder(run: Run, algo: str, env: str) -> pathlib.Path:
+    """``local_dir/<experiment name>`` for an RLlib YAML with ``local_dir`` (Tune's layout), else
+    ``results/<algo>_<env>_<time>``."""
+    if "local_dir" in run.options:
+        return pathlib.Path(run.options["local_dir"]).expanduser() / run.options["name"]
+    return pathlib.Path(f"results/{algo}_{env}_{datetime.datetime.now().strftime('%Y-%m-%d_%H-%M-%S')}")
 
 
 def stop_of(run: Run, config: Any) -> dict[str, Any]:
@@ -285,11 +331,12 @@ def train(args: argparse.Namespace) -> int:
     loggers = args.logger or ["csv"]
     with as_usage_errors():
         check_loggers(loggers)
-    fake_devices = None
+    fake_devices, run = None, None
     if not args.resume:
         with as_usage_errors():
             run = build_run(args)
         fake_devices = run.fake_devices
+    every, keep, at_end = checkpointing(args, run)
     start_processes(args, fake_devices)  # before anything imports gymnax (which starts JAX)
     from jaxdqn import checkpoint
     from jaxdqn.logging import RunLogger
@@ -309,13 +356,12 @@ def train(args: argparse.Namespace) -> int:
         run_dir = pathlib.Path(args.out) if args.out else checkpoint.resolve(args.resume).resolve().parent
     else:
         if run.is_sweep:
-            return train_sweep(args, run, loggers)
+            return train_sweep(args, run, loggers, (every, keep, at_end))
         config, seeds, source = run.config, run.seeds, run.source
         stop = stop_of(run, config)
         with as_usage_errors():
             trainer = Trainer(config, num_seeds=seeds)
-        stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-        run_dir = pathlib.Path(args.out or f"results/{algo_of(config)}_{config.env}_{stamp}")
+        run_dir = pathlib.Path(args.out) if args.out else default_folder(run, algo_of(config), config.env)
     writer = trainer.layout.process_index == 0  # one process writes logs and checkpoints
     quiet = args.quiet or not writer
     params = {"algo": algo_of(config), "seeds": seeds or 1, "stop": stop, **to_dict(config)}
@@ -325,11 +371,11 @@ def train(args: argparse.Namespace) -> int:
     say(f"jaxdqn: {algo_of(config)} on {config.env}, {seeds or 1} seed(s), {trainer.layout.describe()}, "
         f"config from {source}; run folder {run_dir}")
     try:
-        outcome = run_loop(trainer, stop, [logger], run_dir, args.checkpoint_every, args.keep, quiet)
+        outcome = run_loop(trainer, stop, [logger], run_dir, every, keep, quiet)
     finally:
         if logger is not None:
             logger.close()
-    path = trainer.save(run_dir, keep=args.keep)
+    path = trainer.save(run_dir, keep=keep) if at_end else None
     results, reason = outcome[0]
     print_summary(results, reason, path, quiet=quiet)
     return 0
@@ -343,7 +389,8 @@ def trial_folder(algo: str, env: str, index: int, variables: Mapping[str, Any]) 
     return name.replace("/", "_")[:200]
 
 
-def train_sweep(args: argparse.Namespace, run: Run, loggers: list[str]) -> int:
+def train_sweep(args: argparse.Namespace, run: Run, loggers: list[str], checkpoints: tuple[int, int | None, bool]
+                ) -> int:
     """Every trial of a ``grid_search`` sweep: the trials that differ only in traced keys as one
     vmapped program each (``sweep.group_trials``), one Tune-style folder per trial, then a
     summary table (``summary.csv`` too)."""
@@ -361,8 +408,8 @@ def train_sweep(args: argparse.Namespace, run: Run, loggers: list[str]) -> int:
             keys = sweep.differing_keys([configs[i] for i in members])
             overrides = [{k: sweep.flat_keys(configs[i])[k] for k in keys} for i in members]
             trainers.append(Trainer(configs[members[0]], num_seeds=seeds, trials=overrides))
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    experiment = pathlib.Path(args.out or f"results/{algo}_{run.config.env}_{stamp}")
+    every, keep, at_end = checkpoints
+    experiment = pathlib.Path(args.out) if args.out else default_folder(run, algo, run.config.env)
     writer = trainers[0].layout.process_index == 0
     quiet = args.quiet or not writer
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
@@ -384,9 +431,8 @@ def train_sweep(args: argparse.Namespace, run: Run, loggers: list[str]) -> int:
             say(f"program {k + 1}/{len(programs)}: trials {members}, {trainer.layout.describe()}")
             program_dir = experiment / f"program_{k}"
             outcome = run_loop(trainer, stop_of(run, configs[members[0]]), [loggers_of[i] for i in members],
-                               program_dir, args.checkpoint_every, args.keep, quiet,
-                               label=f"program {k + 1}/{len(programs)}")
-            path = trainer.save(program_dir, keep=args.keep)
+                               program_dir, every, keep, quiet, label=f"program {k + 1}/{len(programs)}")
+            path = trainer.save(program_dir, keep=keep) if at_end else ""
             for i, (results, reason) in zip(members, outcome):
                 summary.append((i, results, reason, path))
     finally:
@@ -489,7 +535,7 @@ def run_loop(trainer: Any, stop: Mapping[str, Any], loggers: list[Any], run_dir:
                 return outcome
 
 
-def print_summary(results: list[dict[str, Any]], reason: str, path: str, *, quiet: bool) -> None:
+def print_summary(results: list[dict[str, Any]], reason: str, path: str | None, *, quiet: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -504,7 +550,7 @@ def print_summary(results: list[dict[str, Any]], reason: str, path: str, *, quie
                       f"{r['time_total_s']:.1f}")
     console = Console(quiet=quiet)
     console.print(table)
-    print(f"checkpoint: {path}")
+    print(f"checkpoint: {path}" if path else "no final checkpoint (checkpoint_at_end: false)")
 
 
 

@@ -14,6 +14,8 @@ import difflib
 import math
 from typing import Any, Mapping
 
+import jax
+
 ACTIVATIONS = ("tanh", "relu", "elu", "swish", "silu", "gelu", "linear")
 EXPLORATION_TYPES = ("EpsilonGreedy",)
 LOSS_FNS = ("huber", "mse")
@@ -32,13 +34,23 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def _traced(x: Any) -> bool:
+    """A swept value inside a vmapped trial (``jaxdqn.sweep``): checked when its trial's concrete
+    config was built, so a config rebuilt around it (a policy's) does not check it again."""
+    return isinstance(x, jax.core.Tracer)
+
+
 def _int(key: str, value: Any, low: int, high: float = math.inf) -> None:
+    if _traced(value):
+        return
     if not _is_int(value) or not low <= value <= high:
         bound = f"[{low}, {high}]" if high != math.inf else f">= {low}"
         _fail(key, value, f"must be an int {bound}")
 
 
 def _number(key: str, value: Any, low: float, high: float = math.inf, *, open_low: bool = False) -> None:
+    if _traced(value):
+        return
     ok = _is_number(value) and (value > low if open_low else value >= low) and value <= high
     if not ok:
         low_s = f"> {low}" if open_low else f">= {low}"

@@ -131,6 +131,12 @@ class Trainer:
         (seed ``k`` is ``jax.random.split(key(config.seed), S)[k]``); ``train()`` then returns a
         list of ``S`` result dicts.
       before_learn_on_batch: RLlib's hook, a pure ``(Sample, key) -> Sample``.
+      trials: a sweep: one mapping of overrides per trial (``{"lr": 1e-3, "exploration_config.
+        final_epsilon": 0.1}``), applied to ``config`` and validated; they may differ only in
+        ``sweep.TRACED_KEYS`` and ``seed``. All ``trials x num_seeds`` runs are one vmapped
+        program; ``train()`` returns ``results[trial][seed]`` (``results[trial]`` without
+        ``num_seeds``), each with Tune's ``config`` (the trial's overrides); trial ``t``'s seed
+        ``k`` is the run of ``Trainer(trial_config, num_seeds=S)``'s seed ``k``.
 
     ``config.num_devices`` (``"auto"``: all) runs the plan on several devices, data parallel, or,
     with ``num_seeds``, the seeds spread over the devices (``jaxdqn.parallel``); the layout is

@@ -222,3 +222,21 @@ def test_a_logger_without_its_package_is_a_usage_error(tmp_path, monkeypatch, ca
     assert not (tmp_path / "run").exists()
     with pytest.raises(ValueError, match=r"logger 'mlflow' is not supported; supported: \['csv', 'tensorboard', 'wandb'\]"):
         logging.check_loggers(["mlflow"])
+
+
+def test_tunes_experiment_keys_are_honoured(tmp_path):
+    """num_samples repeats every trial (here: vmapped seeds), checkpoint_freq / keep_checkpoints_num
+    / checkpoint_at_end drive the checkpoints, local_dir/<name> is the run folder."""
+    path = tmp_path / "exp.yaml"
+    local = tmp_path / "ray_results"
+    path.write_text(RLLIB_SWEEP.replace("lr: {grid_search: [0.001, 0.0001]}", "lr: 0.001").replace(
+        "final_epsilon: {grid_search: [0.02, 0.1]}", "final_epsilon: 0.02").replace(
+        "    stop:", f"    num_samples: 2\n    checkpoint_freq: 1\n    keep_checkpoints_num: 1\n"
+                    f"    checkpoint_at_end: true\n    local_dir: {local}\n    stop:"))
+    assert cli.main(["train", "--config", str(path), "--quiet"]) == 0
+    run = local / "cartpole-sweep"
+    assert json.loads((run / "params.json").read_text())["seeds"] == 2
+    assert [len(lines(run / f"seed_{k}" / "result.json")) for k in (0, 1)] == [2, 2]
+    assert [p.name for p in run.glob("checkpoint_*")] == ["checkpoint_000002"]
+    path.write_text(path.read_text().replace("checkpoint_freq: 1", "checkpoint_freq: -1"))
+    assert cli.main(["train", "--config", str(path), "--quiet"]) == 2

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -31,3 +33,16 @@ def test_bench_ratios_runs_and_prints_its_ratios():
     lines = {line.split(":")[0]: line for line in out.splitlines() if "median" in line}
     assert set(lines) == {"jaxdqn / floor", "prioritized / uniform", "8 seeds / (8 x one seed)"}, out
     assert all(float(line.split("median ")[1].rstrip(")")) > 0 for line in lines.values()), out
+
+
+@pytest.mark.slow
+def test_bench_sweep_runs_and_prints_its_rows():
+    out = subprocess.run(
+        [sys.executable, "scripts/bench_sweep.py", "--timesteps", "1000", "--values", "2", "--seeds", "1",
+         "--repeats", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=True,
+    ).stdout
+    rows = {line.split("  ")[0]: line.split() for line in out.splitlines()
+            if line.startswith(("one program", "per-trial", "separate"))}
+    assert set(rows) == {"one program", "per-trial programs", "separate runs"}, out
+    assert [int(rows[name][-4]) for name in ("one program", "per-trial programs", "separate runs")] == [1, 2, 2], out

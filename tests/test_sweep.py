@@ -235,3 +235,24 @@ def test_a_sweep_spreads_its_runs_over_devices_as_seeds_do():
         assert x["episodes_total"] == y["episodes_total"]
         assert x["info"]["learner"]["default_policy"]["learner_stats"]["mean_q"] == pytest.approx(
             y["info"]["learner"]["default_policy"]["learner_stats"]["mean_q"], rel=1e-5)
+
+
+def test_a_multi_agent_sweep_keeps_each_policys_overrides():
+    """MultiCartPole with two policies, p1 overriding lr: the swept lr reaches p0 only (RLlib: a
+    policy's own config wins), and each trial runs as its own program would."""
+    base = from_dict({**SMALL, "env": "MultiCartPole-v1", "prioritized_replay": False,
+                      "multiagent": {"policies": {"p0": {}, "p1": {"lr": 1e-3}},
+                                     "policy_mapping_fn": {"agent_0": "p0", "agent_1": "p1"}}})
+    trials = [{"lr": 1e-2, "gamma": 0.9}, {"lr": 1e-4}]
+    swept = Trainer(base, trials=trials)
+    constant = Trainer(apply_overrides(base, trials[0]), trials=[{}, {}])
+    for _ in range(3):
+        a, b = swept.train()[0], constant.train()[0]
+    assert a["episodes_total"] == b["episodes_total"]
+    for pid in ("p0", "p1"):
+        for k in ("mean_q", "loss"):
+            assert a["info"]["learner"][pid]["learner_stats"][k] == pytest.approx(
+                b["info"]["learner"][pid]["learner_stats"][k], rel=1e-5)
+    lr = {pid: [float(r["info"]["learner"][pid]["learner_stats"]["cur_lr"]) for r in swept.train()]
+          for pid in ("p0", "p1")}
+    assert lr["p0"] == pytest.approx([1e-2, 1e-4]) and lr["p1"] == pytest.approx([1e-3, 1e-3])
