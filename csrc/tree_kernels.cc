@@ -201,15 +201,18 @@ inline __attribute__((always_inline)) F16 LoadBlock(const float* p) {
   return v;
 }
 
+typedef int I16 __attribute__((vector_size(64)));  // a shuffle's lane indices
+
 // Swaps bit D of the row and column indices of 16 rows of 16 floats; the four stages
 // D = 1, 2, 4, 8 make r[j][i] what r[i][j] was (a 16 x 16 transpose in 64 two-source
-// shuffles, one instruction each with AVX-512).
-#define JAXDQN_STAGE(D, LO, HI)                     \
-  for (int a = 0; a < 16; ++a)                      \
-    if (!(a & D)) {                                 \
-      const F16 x = r[a], y = r[a + D];             \
-      r[a] = __builtin_shufflevector(x, y, LO);     \
-      r[a + D] = __builtin_shufflevector(x, y, HI); \
+// shuffles, one instruction each with AVX-512). GCC's __builtin_shuffle (GCC >= 4.7; its
+// __builtin_shufflevector came only in GCC 12) with constant lane indices.
+#define JAXDQN_STAGE(D, LO, HI)                          \
+  for (int a = 0; a < 16; ++a)                           \
+    if (!(a & D)) {                                      \
+      const F16 x = r[a], y = r[a + D];                  \
+      r[a] = __builtin_shuffle(x, y, (I16){LO});         \
+      r[a + D] = __builtin_shuffle(x, y, (I16){HI});     \
     }
 #define JAXDQN_LO1 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
 #define JAXDQN_HI1 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31

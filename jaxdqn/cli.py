@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import datetime
 import importlib.resources
+import importlib.util
 import math
 import os
 import pathlib
@@ -650,6 +651,9 @@ def info(args: argparse.Namespace | None = None) -> int:
     print(f"jax {jax.__version__}, backend {jax.default_backend()}")
     for device in jax.devices():
         print(f"  {device.id}: {device.device_kind} ({device.platform})")
+    from jaxdqn.buffers import tree_kernels
+
+    print(f"fused CPU tree kernels: {tree_kernels.status()}")
     return 0
 
 
@@ -727,6 +731,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return 2
         check(args)
+        missing = [m for m in ("rich", "yaml") + (("matplotlib",) if args.command == "plot" else ())
+                   if importlib.util.find_spec(m) is None]
+        if missing and args.command != "info":
+            raise UsageError(f"jaxdqn {args.command} needs {missing[0]} (the [cli] extra): pip install 'jaxdqn[cli]'")
         return args.func(args)
     except UsageError as e:
         print(f"jaxdqn: error: {e}", file=sys.stderr)

@@ -15,6 +15,7 @@ import dataclasses
 import datetime
 import os
 import time
+import warnings
 from typing import Any, Mapping, Sequence
 
 import jax
@@ -97,6 +98,21 @@ def result_dict(report: Mapping[str, Any], *, iteration: int, time_this_iter_s: 
     }
 
 
+LARGE_PRIORITIZED = 100_000  # items from which the fused CPU tree kernels are several times faster
+
+
+def warn_without_kernels(config: DQNConfig) -> None:
+    """Warn (once per process: Python's default filter) when a large prioritized buffer will run
+    on the CPU without the fused tree kernels: the same results, several times slower."""
+    from jaxdqn.buffers import tree_kernels
+
+    if (config.prioritized_replay and config.buffer_size >= LARGE_PRIORITIZED and jax.default_backend() == "cpu"
+            and not tree_kernels.enabled()):
+        warnings.warn(f"prioritized replay of buffer_size={config.buffer_size} on the CPU runs without the fused "
+                      f"tree kernels: the fused CPU tree kernels are {tree_kernels.status()}", RuntimeWarning,
+                      stacklevel=3)
+
+
 def apply_overrides(config: DQNConfig, overrides: Mapping[str, Any]) -> DQNConfig:
     """``config`` with a trial's ``overrides`` (our keys; ``a.b`` or nested mappings reach into
     ``model``, ``exploration_config``, ``evaluation_config``), validated."""
@@ -152,6 +168,7 @@ class Trainer:
                                       or num_seeds < 1):
             raise ValueError(f"num_seeds={num_seeds!r} is invalid: must be None or an int >= 1")
         self.num_seeds = num_seeds
+        warn_without_kernels(config)
         self.trials = None if trials is None else [dict(t) for t in trials]
         trial_configs = None
         if trials is not None:

@@ -17,6 +17,7 @@ cost.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from typing import Callable, NamedTuple
@@ -26,6 +27,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxdqn import buffers
+from jaxdqn.buffers import tree_kernels
 from jaxdqn.plan import PRNG_IMPL
 from jaxdqn.types import Transition
 
@@ -62,11 +64,26 @@ class Contender(NamedTuple):
     iteration: Callable  # (state, key, step) -> (state, scalar)
 
 
+def switched(on: bool, fn: Callable) -> Callable:
+    """``fn`` traced with ``JAXDQN_CPU_KERNELS`` set to ``on`` (the switch is read at trace time)."""
+    def traced(*args):
+        old = os.environ.get(tree_kernels.SWITCH)
+        os.environ[tree_kernels.SWITCH] = "1" if on else "0"
+        try:
+            return fn(*args)
+        finally:
+            if old is None:
+                del os.environ[tree_kernels.SWITCH]
+            else:
+                os.environ[tree_kernels.SWITCH] = old
+    return traced
+
+
 def jaxdqn_contender(kind: str, capacity: int, cpu_kernels: bool = True) -> Contender:
     if kind == "uniform":
         buf = buffers.uniform(capacity)
     else:
-        buf = buffers.prioritized(capacity, alpha=0.6, cpu_kernels=cpu_kernels)
+        buf = buffers.prioritized(capacity, alpha=0.6)
     example = jax.tree_util.tree_map(lambda x: x[0], transitions(jnp.int32(0), 1))
 
     def iteration(state, key, step):
@@ -75,7 +92,8 @@ def jaxdqn_contender(kind: str, capacity: int, cpu_kernels: bool = True) -> Cont
         state = buf.update(state, s.indices, td_of(s.items, s.weights))
         return state, consumed(s.items)
 
-    return Contender(init=lambda: buf.init(example), add=buf.add, iteration=iteration)
+    return Contender(init=lambda: buf.init(example), add=switched(cpu_kernels, buf.add),
+                     iteration=switched(cpu_kernels, iteration))
 
 
 def flashbax_contender(kind: str, capacity: int) -> Contender:

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 SEEDS=${1:-32}
 ENV=${2:-CartPole-v1}
 shift $(( $# > 2 ? 2 : $# ))
-pip install -q -e . "jax[cuda12]"
+pip install -q -e ".[cli]" "jax[cuda12]"
 jaxdqn info
 OUT=results/gpu_${ENV}_${SEEDS}seeds_$(date +%Y-%m-%d_%H-%M-%S)
 # Keep XLA from reserving 75% of GPU memory up front (other jobs may share the card).

@@ -1,6 +1,6 @@
 """Train on a TPU VM or a TPU pod slice (or any set of accelerators) through the Python API.
 
-Install on every TPU VM host: ``pip install -e . "jax[tpu]"`` (jax's TPU wheels). Then::
+Install on every TPU VM host: ``pip install -e ".[cli]" "jax[tpu]"`` (jax's TPU wheels). Then::
 
     # one TPU VM (e.g. v4-8: 4 chips): 128 seeds spread over every chip, 32 per chip
     python scripts/tpu_train.py --seeds 128 --env CartPole-v1 --timesteps 100000

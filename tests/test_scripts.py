@@ -1,4 +1,5 @@
-"""The benchmark scripts still run (tiny sizes; the numbers themselves are not checked here)."""
+"""The benchmark scripts still run (tiny sizes; the numbers themselves are not checked here).
+Behind the ``bench`` marker: ``python -m pytest -m bench``."""
 
 import subprocess
 import sys
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.bench
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,7 +37,6 @@ def test_bench_ratios_runs_and_prints_its_ratios():
     assert all(float(line.split("median ")[1].rstrip(")")) > 0 for line in lines.values()), out
 
 
-@pytest.mark.slow
 def test_bench_sweep_runs_and_prints_its_rows():
     out = subprocess.run(
         [sys.executable, "scripts/bench_sweep.py", "--timesteps", "1000", "--values", "2", "--seeds", "1",

@@ -1,6 +1,7 @@
 """The fused CPU kernels of the sum/min tree give bitwise what ``segment_tree``'s XLA program gives."""
 
 import functools
+import os
 import shutil
 
 import jax
@@ -19,10 +20,34 @@ CAPACITIES = [1, 15, 16, 17, 300, 4097, 70_000]
 
 
 def test_the_kernels_are_built_where_a_compiler_is():
-    """Installing with a C++ compiler present builds them (else the suite would test nothing here)."""
+    """Installing with a C++ compiler present builds them (else the suite would test nothing here).
+    CI's second install (``CC=false CXX=false``, ``JAXDQN_EXPECT_NO_KERNELS=1``) checks the other
+    path: the install succeeds without them and says so."""
+    if os.environ.get("JAXDQN_EXPECT_NO_KERNELS") == "1":
+        assert not tree_kernels.available()
+        assert tree_kernels.status().startswith("not built")
+        return
     if shutil.which("c++") is None and shutil.which("g++") is None:
         pytest.skip("no C++ compiler on this machine: the buffers use XLA's program")
     assert tree_kernels.available()
+    assert tree_kernels.library_path().endswith("libjaxdqn_kernels.so")  # a plain library, no ABI tag
+
+
+def test_the_switch_chooses_the_program_and_refuses_bad_values(monkeypatch):
+    monkeypatch.setenv(tree_kernels.SWITCH, "0")
+    assert not tree_kernels.enabled()
+    assert "switched off" in tree_kernels.status() or not tree_kernels.available()
+    monkeypatch.setenv(tree_kernels.SWITCH, "1")
+    assert tree_kernels.enabled() == tree_kernels.available()
+    monkeypatch.setenv(tree_kernels.SWITCH, "maybe")
+    with pytest.raises(ValueError, match="JAXDQN_CPU_KERNELS='maybe' is invalid: use 1"):
+        tree_kernels.enabled()
+
+
+@pytest.fixture
+def kernels(monkeypatch):
+    """``kernels(on)``: the switch for what is traced next."""
+    return lambda on: monkeypatch.setenv(tree_kernels.SWITCH, "1" if on else "0")
 
 
 needs_kernels = pytest.mark.skipif(not tree_kernels.available(), reason="fused tree kernels not built")
@@ -108,12 +133,13 @@ def test_a_slot_outside_the_buffer_is_an_error():
 
 @needs_kernels
 @pytest.mark.parametrize("capacity", [33, 5000])
-def test_a_scanned_buffer_with_kernels_equals_one_without(capacity):
+def test_a_scanned_buffer_with_kernels_equals_one_without(capacity, kernels):
     """add / sample / update in a donated scan: states, batches and weights bitwise equal."""
     item = {"x": jnp.zeros((2,), jnp.float32)}
 
     def run(cpu_kernels):
-        buf = buffers.prioritized(capacity, alpha=0.6, cpu_kernels=cpu_kernels)
+        kernels(cpu_kernels)
+        buf = buffers.prioritized(capacity, alpha=0.6)
 
         def body(state, xs):
             step, key = xs
@@ -178,15 +204,16 @@ def test_a_gathered_slot_outside_the_ring_is_an_error():
 
 @needs_kernels
 @pytest.mark.parametrize("kind", ["uniform", "prioritized"])
-def test_a_large_ring_samples_the_same_items_with_the_row_kernel(kind):
+def test_a_large_ring_samples_the_same_items_with_the_row_kernel(kind, kernels):
     """Above ``GATHER_KERNEL_MIN_BYTES`` the CPU gathers with the kernel: same batches as XLA's."""
     capacity = 2048
     item = {"obs": jnp.zeros((80,), jnp.float32), "a": jnp.zeros((), jnp.int32)}  # obs: 640 KiB
     assert capacity * 80 * 4 >= buffers.uniform_replay.GATHER_KERNEL_MIN_BYTES
 
     def run(cpu_kernels):
+        kernels(cpu_kernels)
         make = buffers.uniform if kind == "uniform" else buffers.prioritized
-        buf = make(capacity, cpu_kernels=cpu_kernels)
+        buf = make(capacity)
 
         def body(state, xs):
             step, key = xs
@@ -203,7 +230,8 @@ def test_a_large_ring_samples_the_same_items_with_the_row_kernel(kind):
     with_kernel, without = run(True), run(False)
     make = buffers.uniform if kind == "uniform" else buffers.prioritized
     for cpu_kernels in (True, False):  # the kernel is what ran (or not)
-        buf = make(capacity, cpu_kernels=cpu_kernels)
+        kernels(cpu_kernels)
+        buf = make(capacity)
         hlo = jax.jit(lambda st, key: buf.sample(st, key, 64)).lower(buf.init(item), jax.random.key(0)).as_text()
         assert (tree_kernels.GATHER_ROWS in hlo) == cpu_kernels
     for a, b in zip(jax.tree_util.tree_leaves(with_kernel), jax.tree_util.tree_leaves(without)):
@@ -211,3 +239,21 @@ def test_a_large_ring_samples_the_same_items_with_the_row_kernel(kind):
     batches = with_kernel[1]
     # The FIFO ring puts item number c in slot c % capacity: each row is its slot's item.
     np.testing.assert_array_equal(np.asarray(batches.items["a"]) % capacity, batches.indices)
+
+
+def test_a_large_cpu_prioritized_run_without_the_kernels_warns(monkeypatch):
+    from jaxdqn import DQNConfig
+    from jaxdqn.trainer import warn_without_kernels
+
+    monkeypatch.setenv(tree_kernels.SWITCH, "0")
+    with pytest.warns(RuntimeWarning, match="buffer_size=1000000 on the CPU runs without the fused tree kernels"):
+        warn_without_kernels(DQNConfig(buffer_size=1_000_000))
+    monkeypatch.setenv(tree_kernels.SWITCH, "1")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_without_kernels(DQNConfig(buffer_size=50_000))  # small: no warning
+        warn_without_kernels(DQNConfig(buffer_size=1_000_000, prioritized_replay=False))
+        if tree_kernels.available():
+            warn_without_kernels(DQNConfig(buffer_size=1_000_000))

@@ -44,7 +44,7 @@ def init(example_item: PyTree, *, capacity: int) -> PrioritizedState:
 use_kernels = uniform_replay.use_kernels
 
 
-def set_leaves(trees: Array, slots: Array, values: Array, *, capacity: int, cpu_kernels: bool) -> Array:
+def set_leaves(trees: Array, slots: Array, values: Array, *, capacity: int) -> Array:
     """Write ``values`` ``[K]`` at leaf ``slots`` ``[K]`` (a slot named twice keeps its last value).
 
     On the CPU with the kernels built: one fused call. Elsewhere: ``segment_tree``'s program
@@ -55,7 +55,7 @@ def set_leaves(trees: Array, slots: Array, values: Array, *, capacity: int, cpu_
         slots, values = segment_tree.last_write_wins(slots, values, capacity=capacity)
         return segment_tree.set_leaves(trees, slots, values, capacity=capacity)
 
-    if not use_kernels(cpu_kernels):
+    if not use_kernels():
         return with_xla(trees, slots, values)
     return lax.platform_dependent(
         trees, slots, values,
@@ -64,8 +64,7 @@ def set_leaves(trees: Array, slots: Array, values: Array, *, capacity: int, cpu_
     )
 
 
-def add(state: PrioritizedState, items: PyTree, mask: Array | None = None, *,
-        cpu_kernels: bool = True) -> PrioritizedState:
+def add(state: PrioritizedState, items: PyTree, mask: Array | None = None) -> PrioritizedState:
     """Write ``K`` items (leaves ``[K, ...]``) at the max priority seen so far; ``mask`` ``[K]``
     (optional) keeps only the items where it is True (``uniform_replay.add``)."""
     k = uniform_replay.check_items(state.storage.storage, items)
@@ -73,15 +72,14 @@ def add(state: PrioritizedState, items: PyTree, mask: Array | None = None, *,
     priorities = jnp.full((k,), state.max_priority)
     if mask is None:
         slots = uniform_replay.write_slots(state.storage, k)
-        trees = set_leaves(state.trees, slots, priorities, capacity=capacity, cpu_kernels=cpu_kernels)
+        trees = set_leaves(state.trees, slots, priorities, capacity=capacity)
     else:
         slots, count = uniform_replay.masked_slots(state.storage, mask.reshape(-1))
         # The tree writes cannot drop a slot: a masked-out item writes the same max priority at
         # the first kept item's slot (``insert_pos``), which that item writes anyway; with no
         # item kept the trees stay as they are.
         slots = jnp.where(mask.reshape(-1), slots, state.storage.insert_pos)
-        trees = lax.cond(count > 0, lambda t: set_leaves(t, slots, priorities, capacity=capacity,
-                                                         cpu_kernels=cpu_kernels),
+        trees = lax.cond(count > 0, lambda t: set_leaves(t, slots, priorities, capacity=capacity),
                          lambda t: t, state.trees)
     return PrioritizedState(
         storage=uniform_replay.add(state.storage, items, mask),
@@ -119,14 +117,12 @@ def draw_with_kernel(trees: Array, mass: Array, beta: Array, *, capacity: int) -
     return indices, (smallest / priorities) ** beta
 
 
-def sample(
-    state: PrioritizedState, key: Array, *, batch_size: int, beta: float | Array, cpu_kernels: bool = True
-) -> Sample:
+def sample(state: PrioritizedState, key: Array, *, batch_size: int, beta: float | Array) -> Sample:
     """``batch_size`` items drawn with probability ``p_i / sum(p)``, with importance weights.
 
     ``beta`` may be traced (it is annealed). Any ``batch_size`` >= 1 (draws are with replacement).
     Precondition: at least one item was added (refused outside ``jit``, as for the uniform ring).
-    ``cpu_kernels=False`` keeps the CPU on the XLA program even where the kernels are built.
+    On the CPU the fused kernels draw where built (``JAXDQN_CPU_KERNELS=0``: XLA's program).
     """
     capacity = uniform_replay.capacity_of(state.storage)
     uniform_replay.check_batch_size(batch_size)
@@ -138,12 +134,12 @@ def sample(
     indices, weights = lax.platform_dependent(
         state.trees, mass, beta,
         cpu=functools.partial(draw_with_kernel, capacity=capacity)
-        if use_kernels(cpu_kernels)
+        if use_kernels()
         else functools.partial(draw, capacity=capacity, on_cpu=True),
         default=functools.partial(draw, capacity=capacity, on_cpu=False),
     )
     return Sample(
-        items=uniform_replay.gather(state.storage.storage, indices, cpu_kernels=cpu_kernels),
+        items=uniform_replay.gather(state.storage.storage, indices),
         indices=indices,
         weights=weights,
     )
@@ -161,7 +157,6 @@ def update(
     *,
     alpha: float,
     eps: float,
-    cpu_kernels: bool = True,
 ) -> PrioritizedState:
     """Set the priorities of ``indices`` ``[B]`` from ``td_errors`` ``[B]``.
 
@@ -175,7 +170,7 @@ def update(
     indices = indices.astype(jnp.int32)
     priorities = priorities_from_td(td_errors, alpha=alpha, eps=eps)
     capacity = uniform_replay.capacity_of(state.storage)
-    trees = set_leaves(state.trees, indices, priorities, capacity=capacity, cpu_kernels=cpu_kernels)
+    trees = set_leaves(state.trees, indices, priorities, capacity=capacity)
     return PrioritizedState(
         storage=state.storage,
         trees=trees,
@@ -184,14 +179,12 @@ def update(
     )
 
 
-def make_prioritized(
-    capacity: int, alpha: float = 0.6, eps: float = 1e-6, *, cpu_kernels: bool = True
-) -> ReplayBuffer:
+def make_prioritized(capacity: int, alpha: float = 0.6, eps: float = 1e-6) -> ReplayBuffer:
     """A proportional prioritized replay buffer (RLlib's ``PrioritizedReplayBuffer``).
 
-    ``cpu_kernels``: on the CPU, run the tree's descent and writes as the fused kernels of
-    ``tree_kernels`` when they are built (bitwise the same results, several times faster at
-    large capacities); False keeps XLA's program (for comparisons).
+    On the CPU the tree's descent and writes run as the fused kernels of ``tree_kernels`` when
+    they are built (bitwise the same results, several times faster at large capacities);
+    ``JAXDQN_CPU_KERNELS=0`` keeps XLA's program (for comparisons).
     """
     uniform_replay.check_capacity(capacity)
     check_priority_args(alpha, eps)
@@ -200,14 +193,14 @@ def make_prioritized(
         return init(example_item, capacity=capacity)
 
     def add_fn(state: PrioritizedState, items: PyTree, mask: Array | None = None) -> PrioritizedState:
-        return add(state, items, mask, cpu_kernels=cpu_kernels)
+        return add(state, items, mask)
 
     def sample_fn(
         state: PrioritizedState, key: Array, batch_size: int, beta: float | Array = 0.4
     ) -> Sample:
-        return sample(state, key, batch_size=batch_size, beta=beta, cpu_kernels=cpu_kernels)
+        return sample(state, key, batch_size=batch_size, beta=beta)
 
     def update_fn(state: PrioritizedState, indices: Array, td_errors: Array) -> PrioritizedState:
-        return update(state, indices, td_errors, alpha=alpha, eps=eps, cpu_kernels=cpu_kernels)
+        return update(state, indices, td_errors, alpha=alpha, eps=eps)
 
     return ReplayBuffer(init=init_fn, add=add_fn, sample=sample_fn, update=update_fn)

@@ -4,9 +4,13 @@ On XLA:CPU a prioritized ``sample`` + ``update`` through ``segment_tree`` is som
 kernels, each paying about a microsecond of dispatch around a handful of random cache-line
 reads. ``csrc/tree_kernels.cc`` does the same work in two calls, with the same float32
 arithmetic in the same order, so results are bitwise those of ``segment_tree``
-(``tests/test_tree_kernels.py`` checks it). The library is built when the package is installed
+(``tests/test_tree_kernels.py`` checks it). The library (a plain shared library, loaded with
+ctypes and registered through ``jax.ffi``) is built when the package is installed
 (``setup.py``); where it is missing (no C++ compiler at install time) ``available()`` is False
-and the buffers use ``segment_tree``'s XLA program. CPU only: other platforms always use XLA.
+and the buffers use ``segment_tree``'s XLA program. ``JAXDQN_CPU_KERNELS=0`` chooses XLA's
+program where the kernels are built (comparisons, benchmarks). CPU only: other platforms
+always use XLA. This module is the one core module that reads the environment and a file: it is
+the native library's loader.
 
 Both calls take a batch of independent trees in leading axes (``vmap`` broadcasts every
 argument to it), and ``set_leaves`` writes the trees in place (its output aliases its input).
@@ -19,7 +23,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import importlib.util
+import importlib.resources
+import os
 
 import jax
 import jax.numpy as jnp
@@ -27,37 +32,67 @@ import numpy as np
 
 Array = jax.Array
 
-LIBRARY = "jaxdqn.buffers._tree_kernels"
+LIBRARY = "libjaxdqn_kernels.so"  # a plain shared library in this package (setup.py builds it)
+SWITCH = "JAXDQN_CPU_KERNELS"  # "0" keeps the CPU on XLA's program even where the kernels are built
 DRAW, SET = "jaxdqn_tree_draw", "jaxdqn_tree_set"
 GATHER_ROWS = "jaxdqn_gather_rows"
 
 
+def library_path() -> str:
+    """Where the built library is (or would be)."""
+    return str(importlib.resources.files("jaxdqn.buffers").joinpath(LIBRARY))
+
+
 @functools.lru_cache(maxsize=None)
-def available() -> bool:
-    """Whether the compiled kernels exist; registers them with XLA:CPU on the first call."""
+def _load() -> tuple[bool, str]:
+    """``(loaded, why not)``; registers the kernels with XLA:CPU when it loads."""
+    path = library_path()
+    if not os.path.isfile(path):
+        return False, f"not built ({path} is missing: no working C++17 compiler when jaxdqn was installed)"
     try:
-        spec = importlib.util.find_spec(LIBRARY)
-    except ImportError:
-        return False
-    if spec is None or spec.origin is None:
-        return False
-    try:
-        library = ctypes.cdll.LoadLibrary(spec.origin)
-    except OSError:  # built for another system or toolchain: use XLA's program, as if not built
-        return False
+        library = ctypes.cdll.LoadLibrary(path)
+    except OSError as error:  # built for another system or toolchain: XLA's program, as if not built
+        return False, f"{path} does not load ({error})"
     jax.ffi.register_ffi_target(DRAW, jax.ffi.pycapsule(library.JaxdqnTreeDraw), platform="cpu")
     jax.ffi.register_ffi_target(SET, jax.ffi.pycapsule(library.JaxdqnTreeSet), platform="cpu")
     jax.ffi.register_ffi_target(GATHER_ROWS, jax.ffi.pycapsule(library.JaxdqnGatherRows), platform="cpu")
-    return True
+    return True, ""
+
+
+def available() -> bool:
+    """Whether the compiled kernels exist and load; registers them with XLA:CPU on the first call."""
+    return _load()[0]
+
+
+def switched_on() -> bool:
+    """The ``JAXDQN_CPU_KERNELS`` switch (default on); read when a buffer's program is traced."""
+    value = os.environ.get(SWITCH, "1").strip().lower()
+    if value not in ("0", "1", "false", "true", "off", "on"):
+        raise ValueError(f"{SWITCH}={value!r} is invalid: use 1 (the fused CPU kernels where built) or 0 "
+                         f"(XLA's program)")
+    return value in ("1", "true", "on")
+
+
+def enabled() -> bool:
+    """Whether a CPU buffer program traced now uses the kernels: switched on, and built."""
+    return switched_on() and available()
+
+
+def status() -> str:
+    """One line for ``jaxdqn info``: built or not (and why), switched on or off."""
+    loaded, why = _load()
+    if not loaded:
+        return f"{why}; prioritized replay runs XLA's program on the CPU (same results, slower at large capacities)"
+    if not switched_on():
+        return f"built ({library_path()}), switched off by {SWITCH}={os.environ[SWITCH]}"
+    return f"built ({library_path()}), used on the CPU"
 
 
 def require() -> None:
     """Refuse to build a call to kernels that are not built (and register them if they are)."""
     if not available():
-        raise RuntimeError(
-            f"the fused tree kernels ({LIBRARY}) are not built: reinstall jaxdqn with a C++17 "
-            "compiler on the PATH, or use the buffers' XLA program (cpu_kernels=False)"
-        )
+        raise RuntimeError(f"the fused tree kernels are {_load()[1]}: reinstall jaxdqn with a C++17 compiler on "
+                           f"the PATH, or set {SWITCH}=0 for the buffers' XLA program")
 
 
 def draw(trees: Array, mass: Array, *, capacity: int) -> tuple[Array, Array, Array]:

@@ -110,9 +110,10 @@ def write_slots(state: UniformState, k: int) -> Array:
 GATHER_KERNEL_MIN_BYTES = 512 * 1024
 
 
-def use_kernels(cpu_kernels: bool) -> bool:
-    """Whether the CPU program uses the fused kernels (asked for, and built: ``tree_kernels``)."""
-    return cpu_kernels and tree_kernels.available()
+def use_kernels() -> bool:
+    """Whether the CPU program traced now uses the fused kernels (built, and not switched off by
+    ``JAXDQN_CPU_KERNELS=0``: ``tree_kernels.enabled``)."""
+    return tree_kernels.enabled()
 
 
 def masked_slots(state: UniformState, mask: Array) -> tuple[Array, Array]:
@@ -153,7 +154,7 @@ def add(state: UniformState, items: PyTree, mask: Array | None = None) -> Unifor
     )
 
 
-def gather(storage: PyTree, indices: Array, *, cpu_kernels: bool = True) -> PyTree:
+def gather(storage: PyTree, indices: Array) -> PyTree:
     """The items at ``indices`` ``[B]`` (valid slots): leaves ``[B, ...]``.
 
     On the CPU, when a leaf of ``storage`` is ``GATHER_KERNEL_MIN_BYTES`` or larger and the
@@ -169,7 +170,7 @@ def gather(storage: PyTree, indices: Array, *, cpu_kernels: bool = True) -> PyTr
 
     leaves, treedef = jax.tree_util.tree_flatten(storage)
     largest = max(s.size * s.dtype.itemsize for s in leaves)
-    if not use_kernels(cpu_kernels) or largest < GATHER_KERNEL_MIN_BYTES:
+    if not use_kernels() or largest < GATHER_KERNEL_MIN_BYTES:
         return treedef.unflatten(with_xla(leaves, indices))
     rows = lax.platform_dependent(
         leaves, indices,
@@ -179,7 +180,7 @@ def gather(storage: PyTree, indices: Array, *, cpu_kernels: bool = True) -> PyTr
     return treedef.unflatten(rows)
 
 
-def sample(state: UniformState, key: Array, *, batch_size: int, cpu_kernels: bool = True) -> Sample:
+def sample(state: UniformState, key: Array, *, batch_size: int) -> Sample:
     """``batch_size`` items drawn uniformly, with replacement, from the valid slots.
 
     Precondition: the ring holds at least one item (``size >= 1``), which the execution plan
@@ -192,18 +193,18 @@ def sample(state: UniformState, key: Array, *, batch_size: int, cpu_kernels: boo
         key, (batch_size,), 0, jnp.maximum(state.size, 1), dtype=jnp.int32
     )
     return Sample(
-        items=gather(state.storage, indices, cpu_kernels=cpu_kernels),
+        items=gather(state.storage, indices),
         indices=indices,
         weights=jnp.ones((batch_size,), jnp.float32),
     )
 
 
-def make_uniform(capacity: int, *, cpu_kernels: bool = True) -> ReplayBuffer:
+def make_uniform(capacity: int) -> ReplayBuffer:
     """A uniform replay buffer of ``capacity`` items (RLlib's ``ReplayBuffer``).
 
-    ``cpu_kernels``: on the CPU, gather sampled items from a large ring with the fused kernel
-    of ``tree_kernels`` when it is built (the same items; see ``gather``); False keeps XLA's
-    program.
+    On the CPU, sampled items of a large ring are gathered with the fused kernel of
+    ``tree_kernels`` when it is built (the same items; see ``gather``); ``JAXDQN_CPU_KERNELS=0``
+    keeps XLA's program.
     """
     check_capacity(capacity)
 
@@ -212,7 +213,7 @@ def make_uniform(capacity: int, *, cpu_kernels: bool = True) -> ReplayBuffer:
 
     def sample_fn(state: UniformState, key: Array, batch_size: int, beta: float = 0.0) -> Sample:
         del beta  # uniform replay has no importance weights to anneal
-        return sample(state, key, batch_size=batch_size, cpu_kernels=cpu_kernels)
+        return sample(state, key, batch_size=batch_size)
 
     def update_fn(state: UniformState, indices: Array, td_errors: Array) -> UniformState:
         del indices, td_errors
