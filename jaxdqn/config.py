@@ -495,7 +495,7 @@ class SimpleQConfig(DQNConfig):
 
 
 # How ``from_rllib`` treats every key of RLlib 1.x's COMMON_CONFIG, DQN / SimpleQ DEFAULT_CONFIG
-# and MODEL_DEFAULTS that is not one of our fields (README, "RLlib keys"):
+# and MODEL_DEFAULTS that is not one of our fields (docs/rllib.md, "RLlib keys"):
 #
 # IGNORED: keys that steer only RLlib's own machinery (processes, resources, frameworks, logging,
 # offline I/O knobs that apply only to an offline input we refuse anyway); any value is accepted.

@@ -273,7 +273,7 @@ def make_train_step(
         (the gradient norm over every parameter, four reductions of the batch) is about a dozen
         small kernels per step that XLA:CPU spread over a second core. Computed only on a
         chunk's last step, the plan went from 1.30x to 1.15x the compute floor's time
-        (CartPole, 2-core CPU; README "Training speed"). ``stats_due`` must be the same on
+        (CartPole, 2-core CPU; docs/benchmarks.md "Training speed"). ``stats_due`` must be the same on
         every replica.
         """
         (loss, (td, q_selected, mean_td_error)), grads = grad_fn(

@@ -1,4 +1,5 @@
-"""The README's Python examples for recurrent and multi-agent DQN run as written (slow suite)."""
+"""The Python examples of docs/variants.md (recurrent and multi-agent DQN) and the README's
+quickstart run as written (slow suite)."""
 
 import pathlib
 import re
@@ -6,11 +7,12 @@ import re
 import pytest
 
 pytestmark = pytest.mark.slow
-README = pathlib.Path(__file__).parents[1] / "README.md"
+ROOT = pathlib.Path(__file__).parents[1]
+VARIANTS = ROOT / "docs" / "variants.md"
 
 
-def python_blocks(section: str) -> list[str]:
-    text = README.read_text()
+def python_blocks(section: str, page: pathlib.Path = VARIANTS) -> list[str]:
+    text = page.read_text()
     start = text.index(f"## {section}")
     end = text.find("\n## ", start + 1)
     return re.findall(r"```python\n(.*?)```", text[start:end], flags=re.S)
@@ -21,4 +23,4 @@ def test_readme_examples_run(section):
     blocks = python_blocks(section)
     assert blocks, section
     for code in blocks:
-        exec(compile(code, f"README: {section}", "exec"), {})
+        exec(compile(code, f"docs/variants.md: {section}", "exec"), {})
