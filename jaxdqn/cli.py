@@ -129,7 +129,7 @@ def tune_options(name: str, experiment: Mapping[str, Any], source: str) -> dict[
     checkpoints), ``checkpoint_at_end``, ``keep_checkpoints_num``, ``local_dir`` (the results
     root: the run folder is ``local_dir/<experiment name>``) and ``num_samples`` (repeats of
     every trial: here its seeds, vmapped)."""
-    options = {"name": name}
+    options: dict[str, Any] = {"name": name}
     for key in ("checkpoint_freq", "keep_checkpoints_num", "num_samples"):
         if key in experiment:
             value = experiment[key]
@@ -174,6 +174,7 @@ def document_variants(doc: Any, source: str) -> tuple[str, list[tuple[dict[str, 
             rllib["env"] = experiment["env"]
         stop = dict(experiment.get("stop") or {})
         variants = []
+        fake_devices = None
         with as_usage_errors():
             grid = sweep.expand_grid(rllib)
         for variables, resolved in grid:
@@ -183,11 +184,13 @@ def document_variants(doc: Any, source: str) -> tuple[str, list[tuple[dict[str, 
                 trial = f"trial {variables}: " if variables else ""
                 raise UsageError(f"{source}: {trial}{e}") from None
             if resolved.get("_fake_gpus") and config["num_devices"] != 1:
-                config["_fake_devices"] = config["num_devices"]  # taken out again in train()
+                fake_devices = config["num_devices"]  # host devices to force (RLlib's _fake_gpus)
             if "timesteps_total" in stop:
                 config["total_timesteps"] = int(stop["timesteps_total"])
             variants.append((variables, config))
         options = tune_options(name, experiment, source)
+        if fake_devices is not None:
+            options["fake_devices"] = fake_devices
         return algo, variants, stop, options.pop("num_samples", None), options
     doc = dict(doc)
     algo = doc.pop("algo", "dqn")
@@ -252,10 +255,13 @@ def build_run(args: argparse.Namespace) -> Run:
     bad = sorted(set(stop) - set(STOP_KEYS))
     if bad:
         raise UsageError(f"stop key {bad[0]!r} is not supported; supported: {list(STOP_KEYS)}")
+    for key, value in stop.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise UsageError(f"stop {key}={value!r} is invalid: must be a number (a lower bound; grid_search "
+                             f"is for config keys)")
     if seeds is not None and (not isinstance(seeds, int) or seeds < 1):
         raise UsageError(f"seeds={seeds!r} is invalid: must be an int >= 1")
     trials = []
-    fake_devices = None
     for outer, config in variants:
         if args.env is not None:
             config["env"] = args.env
@@ -263,7 +269,6 @@ def build_run(args: argparse.Namespace) -> Run:
             config["total_timesteps"] = args.timesteps
         for assignment in args.set or []:
             apply_set(config, assignment)
-        fake_devices = config.pop("_fake_devices", None)
         with as_usage_errors():
             grid = sweep.expand_grid(config)
         for inner, resolved in grid:
@@ -273,7 +278,7 @@ def build_run(args: argparse.Namespace) -> Run:
             except (ValueError, TypeError) as e:
                 raise UsageError(f"trial {variables}: {e}" if variables else str(e)) from None
     return Run(trials=trials, stop=stop, seeds=None if seeds in (None, 1) else seeds, source=source,
-               fake_devices=fake_devices, options=options)
+               fake_devices=options.get("fake_devices"), options=options)
 
 
 def checkpointing(args: argparse.Namespace, run: Run | None) -> tuple[int, int | None, bool]:

@@ -105,6 +105,11 @@ def test_grid_errors_name_the_trial_and_come_before_training(tmp_path, capsys):
     # RLlib's rule (lr_schedule decides the rate) would make an lr sweep a no-op: refused.
     assert cli.main(["train", "--out", str(out), "--set", "lr={grid_search: [0.1, 0.2]}", "--quiet"]) == 2
     assert "lr differs between trials, but lr_schedule is set" in capsys.readouterr().err
+    doc = tmp_path / "stop.yaml"
+    doc.write_text("algo: dqn\nstop: {episode_reward_mean: {grid_search: [100, 200]}}\n")
+    assert cli.main(["train", "--config", str(doc), "--out", str(out), "--quiet"]) == 2
+    assert "stop episode_reward_mean={'grid_search': [100, 200]} is invalid: must be a number" in \
+        capsys.readouterr().err
     assert not out.exists()
 
 
