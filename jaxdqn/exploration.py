@@ -16,6 +16,14 @@ from jaxdqn.config import ExplorationConfig
 Array = jax.Array
 
 
+def _difference(a: Any, b: Any) -> Any:
+    """``b - a``: in Python (double precision, then rounded once) where both are Python numbers,
+    as a static schedule computes it; in float32 where either is traced."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return b - a
+    return jnp.float32(b) - jnp.float32(a)
+
+
 def piecewise_linear(points: Sequence[tuple[Any, Any]], t: Array) -> Array:
     """RLlib's ``PiecewiseSchedule``: linear between ``(timestep, value)`` points, the end
     values outside them; a jump where two points share a timestep. The number of points is
@@ -25,12 +33,19 @@ def piecewise_linear(points: Sequence[tuple[Any, Any]], t: Array) -> Array:
     # (``jnp.interp``'s searchsorted is a while loop on the CPU, run on every plan step).
     value = jnp.float32(points[0][1])
     for (t0, v0), (t1, v1) in zip(points, points[1:]):
-        v0, v1 = jnp.float32(v0), jnp.float32(v1)
-        span = jnp.float32(t1) - jnp.float32(t0)
-        frac = jnp.clip((t - t0) / jnp.maximum(span, 1.0), 0.0, 1.0)
-        segment = jnp.where(span > 0, v0 + frac * (v1 - v0), v1)  # span 0: a jump to v1 at t1
+        span = _difference(t0, t1)
+        if isinstance(span, (int, float)):  # static timesteps
+            if span == 0:  # a jump: the new value from t1 on
+                segment = jnp.float32(v1)
+            else:
+                frac = jnp.clip((t - t0) / jnp.float32(span), 0.0, 1.0)
+                segment = jnp.float32(v0) + frac * jnp.float32(_difference(v0, v1))
+        else:  # traced timesteps: the jump is a select
+            frac = jnp.clip((t - t0) / jnp.maximum(span, 1.0), 0.0, 1.0)
+            segment = jnp.where(span > 0, jnp.float32(v0) + frac * jnp.float32(_difference(v0, v1)),
+                                jnp.float32(v1))
         value = jnp.where(t >= t0, segment, value)
-    return value.astype(jnp.float32)
+    return jnp.broadcast_to(value, t.shape).astype(jnp.float32)
 
 
 def epsilon(config: ExplorationConfig, t: Array) -> Array:

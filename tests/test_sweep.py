@@ -4,6 +4,7 @@ program giving the runs that each trial's own program gives."""
 import itertools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given
@@ -256,3 +257,14 @@ def test_a_multi_agent_sweep_keeps_each_policys_overrides():
     lr = {pid: [float(r["info"]["learner"][pid]["learner_stats"]["cur_lr"]) for r in swept.train()]
           for pid in ("p0", "p1")}
     assert lr["p0"] == pytest.approx([1e-2, 1e-4]) and lr["p1"] == pytest.approx([1e-3, 1e-3])
+
+
+def test_piecewise_linear_keeps_the_shape_of_t_with_any_number_of_points():
+    t = jnp.arange(-2, 12, dtype=jnp.int32)
+    for points in ([(5, 0.3)], [(5, 0.3), (5, 0.7)], [(0, 1.0), (10, 0.1)], [(0, 1.0), (4, 0.5), (4, 0.2), (9, 0.0)]):
+        out = exploration.piecewise_linear(points, t)
+        assert out.shape == t.shape and out.dtype == jnp.float32
+        times = np.array([p[0] for p in points], np.int32)
+        values = np.array([p[1] for p in points], np.float32)
+        traced = jax.jit(lambda ts, vs: exploration.piecewise_linear(list(zip(ts, vs)), t))(times, values)
+        np.testing.assert_allclose(traced, out, rtol=1e-6, atol=1e-7)
