@@ -20,6 +20,7 @@ __all__ = [
     "Trainer",
     "__version__",
     "buffers",
+    "from_rllib",
     "losses",
     "make_train",
     "types",
@@ -32,6 +33,10 @@ def __getattr__(name: str) -> Any:
         from jaxdqn.trainer import Trainer
 
         return Trainer
+    if name == "from_rllib":
+        from jaxdqn.rllib import from_rllib
+
+        return from_rllib
     if name == "make_train":
         from jaxdqn.plan import make_train
 

@@ -157,6 +157,7 @@ def document_variants(doc: Any, source: str) -> tuple[str, list[tuple[dict[str, 
     ``options``: Tune's experiment keys (``tune_options``; ``{}`` for our layout)."""
     from jaxdqn import sweep
     from jaxdqn.config import RLLIB_RUN_NAMES, config_class, to_dict
+    from jaxdqn.rllib import from_rllib
 
     if not isinstance(doc, dict):
         raise UsageError(f"{source}: expected a mapping of config keys, got {type(doc).__name__}")
@@ -179,7 +180,7 @@ def document_variants(doc: Any, source: str) -> tuple[str, list[tuple[dict[str, 
             grid = sweep.expand_grid(rllib)
         for variables, resolved in grid:
             try:
-                config = to_dict(config_class(algo).from_rllib(resolved))
+                config = to_dict(from_rllib(resolved, algo))
             except (ValueError, TypeError) as e:
                 trial = f"trial {variables}: " if variables else ""
                 raise UsageError(f"{source}: {trial}{e}") from None

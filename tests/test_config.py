@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from jaxdqn import DQNConfig, ExplorationConfig, ModelConfig, SimpleQConfig
+from jaxdqn.rllib import from_rllib
 
 
 def test_defaults_follow_rllib_1x():
@@ -59,7 +60,7 @@ def test_rollout_fragment_length_holds_at_least_n_step():
     """RLlib DQN's validate_config: rollout_fragment_length = max(rollout_fragment_length, n_step)."""
     assert DQNConfig(n_step=7, rollout_fragment_length=4).rollout_fragment_length == 7
     assert DQNConfig(n_step=3, rollout_fragment_length=4).rollout_fragment_length == 4
-    assert DQNConfig.from_rllib({"n_step": 5, "rollout_fragment_length": 1}).rollout_fragment_length == 5
+    assert from_rllib({"n_step": 5, "rollout_fragment_length": 1}).rollout_fragment_length == 5
 
 
 def test_simple_q_refuses_what_rllibs_simple_q_does_not_do():
@@ -69,11 +70,11 @@ def test_simple_q_refuses_what_rllibs_simple_q_does_not_do():
         with pytest.raises(ValueError, match=f"^{key}=.*SimpleQ requires {key}="):
             SimpleQConfig(**{key: value})
         with pytest.raises(ValueError, match=f"^{key}="):
-            SimpleQConfig.from_rllib({key: value})
+            from_rllib({key: value}, "simple_q")
 
 
 def test_new_rllib_keys_are_validated_and_stored():
-    c = DQNConfig.from_rllib({"clip_rewards": True, "no_done_at_end": True, "explore": False,
+    c = from_rllib({"clip_rewards": True, "no_done_at_end": True, "explore": False,
                               "evaluation_interval": 3, "evaluation_config": {"explore": True},
                               "metrics_num_episodes_for_smoothing": 20, "min_time_s_per_reporting": 2})
     assert (c.clip_rewards, c.no_done_at_end, c.explore, c.evaluation_interval) == (True, True, False, 3)
@@ -115,7 +116,7 @@ def test_from_rllib_maps_a_users_dict():
         "num_workers": 2,
         "num_envs_per_worker": 4,
     }
-    c = DQNConfig.from_rllib(rllib)
+    c = from_rllib(rllib)
     assert (c.gamma, c.lr, c.n_step, c.num_atoms, c.v_min, c.hiddens) == (0.98, 1e-3, 3, 51, -5.0, (128,))
     assert c.lr_schedule == ((0, 1e-3), (10_000, 1e-4))
     assert c.model == ModelConfig(fcnet_hiddens=(64, 64), fcnet_activation="relu")
@@ -123,7 +124,7 @@ def test_from_rllib_maps_a_users_dict():
     assert c.buffer_size == 20_000 and c.prioritized_replay
     assert c.env_params == (("max_steps_in_episode", 200),)
     assert c.num_envs == 8
-    s = SimpleQConfig.from_rllib({"replay_buffer_config": {"type": "MultiAgentReplayBuffer", "capacity": 1000}})
+    s = from_rllib({"replay_buffer_config": {"type": "MultiAgentReplayBuffer", "capacity": 1000}}, "simple_q")
     assert s.buffer_size == 1000 and not s.prioritized_replay
 
 
@@ -152,7 +153,7 @@ def test_from_rllib_maps_a_users_dict():
 )
 def test_from_rllib_refuses_unknown_or_unsupported_keys(rllib, match):
     with pytest.raises(ValueError, match=match):
-        DQNConfig.from_rllib(rllib)
+        from_rllib(rllib)
 
 
 def test_configs_are_frozen_and_replace_validates():

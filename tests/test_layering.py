@@ -37,7 +37,7 @@ MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
 # The layers, lowest first. A module imports from its own layer or a lower one (the package
 # facade ``jaxdqn`` aside). Every module must be listed: a new one is placed here on purpose.
 LAYERS = {
-    "foundation": ["jaxdqn.types", "jaxdqn.config", "jaxdqn.losses", "jaxdqn.buffers.segment_tree",
+    "foundation": ["jaxdqn.types", "jaxdqn.config", "jaxdqn.rllib", "jaxdqn.losses", "jaxdqn.buffers.segment_tree",
                    "jaxdqn.buffers.tree_kernels"],
     "components": ["jaxdqn.buffers", "jaxdqn.buffers.uniform_replay", "jaxdqn.buffers.prioritized_replay",
                    "jaxdqn.buffers.sequence", "jaxdqn.networks", "jaxdqn.exploration", "jaxdqn.envs"],

@@ -7,7 +7,6 @@ layouts are refused before anything compiles, checkpoints move between layouts b
 
 import json
 import os
-import pathlib
 import socket
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 
 from jaxdqn import DQNConfig, ModelConfig, parallel
 from jaxdqn.plan import make_plan
+from jaxdqn.rllib import from_rllib
 from jaxdqn.trainer import Trainer
 
 TINY = dict(buffer_size=2000, learning_starts=64, num_envs_per_worker=4, timesteps_per_iteration=64,
@@ -151,9 +151,9 @@ def test_auto_uses_every_visible_device():
 
 
 def test_rllib_num_gpus_maps_to_devices():
-    assert DQNConfig.from_rllib({"num_gpus": 2, "_fake_gpus": True}).num_devices == 2
-    assert DQNConfig.from_rllib({"num_gpus": 1}).num_devices == 1
-    assert DQNConfig.from_rllib({"num_gpus": 0.5}).num_devices == 1
+    assert from_rllib({"num_gpus": 2, "_fake_gpus": True}).num_devices == 2
+    assert from_rllib({"num_gpus": 1}).num_devices == 1
+    assert from_rllib({"num_gpus": 0.5}).num_devices == 1
 
 
 def test_a_4_device_checkpoint_restores_on_4_devices_bit_for_bit(tmp_path):

@@ -15,7 +15,7 @@ A key that were accepted with no effect and no listing as machinery would fail h
 
 import pytest
 
-from jaxdqn import DQNConfig
+from jaxdqn.rllib import from_rllib
 
 
 class DefaultCallbacks:  # the name RLlib's default callbacks class has
@@ -189,17 +189,17 @@ def as_config(key, value):
 
 @pytest.mark.parametrize("key, default, other, kind", CASES, ids=[c[0] for c in CASES])
 def test_every_rllib_1x_key_is_mapped_ignored_or_refused(key, default, other, kind):
-    base = DQNConfig.from_rllib({})
-    DQNConfig.from_rllib(as_config(key, default))  # RLlib's default is always accepted
+    base = from_rllib({})
+    from_rllib(as_config(key, default))  # RLlib's default is always accepted
     name = key.split(".")[-1]
     if kind == REFUSE:
         with pytest.raises(ValueError, match=name):
-            DQNConfig.from_rllib(as_config(key, other))
+            from_rllib(as_config(key, other))
     elif kind == IGNORE:
-        assert DQNConfig.from_rllib(as_config(key, other)) == base
+        assert from_rllib(as_config(key, other)) == base
     else:
         try:
-            changed = DQNConfig.from_rllib(as_config(key, other))
+            changed = from_rllib(as_config(key, other))
         except ValueError as error:  # mapped, but this value needs another key too
             assert name in str(error)
         else:
