@@ -12,14 +12,22 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, get_args
 
 import jax
 
-ACTIVATIONS = ("tanh", "relu", "elu", "swish", "silu", "gelu", "linear")
-EXPLORATION_TYPES = ("EpsilonGreedy",)
-LOSS_FNS = ("huber", "mse")
-GRAD_CLIP_MODES = ("global_norm", "per_tensor")
+# The string-valued keys' allowed values, as types (what a type checker holds code to) and as
+# the tuples validation names in its messages.
+Activation = Literal["tanh", "relu", "elu", "swish", "silu", "gelu", "linear"]
+ExplorationType = Literal["EpsilonGreedy"]
+LossFn = Literal["huber", "mse"]
+GradClipMode = Literal["global_norm", "per_tensor"]
+ReplayMode = Literal["independent", "lockstep"]
+ACTIVATIONS: tuple[str, ...] = get_args(Activation)
+EXPLORATION_TYPES: tuple[str, ...] = get_args(ExplorationType)
+LOSS_FNS: tuple[str, ...] = get_args(LossFn)
+GRAD_CLIP_MODES: tuple[str, ...] = get_args(GradClipMode)
+REPLAY_MODES: tuple[str, ...] = get_args(ReplayMode)
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -92,7 +100,7 @@ def _set(obj: Any, name: str, value: Any) -> None:
 class ExplorationConfig:
     """RLlib's ``exploration_config``: epsilon-greedy, linear from ``initial`` to ``final``."""
 
-    type: str = "EpsilonGreedy"
+    type: ExplorationType = "EpsilonGreedy"
     initial_epsilon: float = 1.0
     final_epsilon: float = 0.02
     epsilon_timesteps: int = 10_000
@@ -138,10 +146,10 @@ class ModelConfig:
     """RLlib's ``model`` dict: the fully connected torso, a conv torso, an optional LSTM."""
 
     fcnet_hiddens: tuple[int, ...] = (256, 256)
-    fcnet_activation: str = "tanh"
+    fcnet_activation: Activation = "tanh"
     # RLlib's [[out_channels, kernel, stride], ...]; None picks one from the observation shape.
     conv_filters: tuple[tuple[int, int, int], ...] | None = None
-    conv_activation: str = "relu"
+    conv_activation: Activation = "relu"
     use_lstm: bool = False
     lstm_cell_size: int = 256
     max_seq_len: int = 20
@@ -173,7 +181,6 @@ class ModelConfig:
 POLICY_KEYS = ("lr", "lr_schedule", "gamma", "adam_epsilon", "grad_clip", "hiddens", "dueling", "double_q",
                "num_atoms", "v_min", "v_max", "noisy", "sigma0", "td_error_loss_fn", "model",
                "target_network_update_freq", "tau")
-REPLAY_MODES = ("independent", "lockstep")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +199,7 @@ class MultiAgentConfig:
     policies: Any = ("default_policy",)
     policy_mapping_fn: Any = None  # None: every agent -> the only policy
     policies_to_train: tuple[str, ...] | None = None
-    replay_mode: str = "independent"
+    replay_mode: ReplayMode = "independent"
 
     def __post_init__(self) -> None:
         policies = self.policies
@@ -270,7 +277,7 @@ class DQNConfig:
     total_timesteps: int = 100_000
     seed: int = 0
     num_devices: int | str = 1  # devices the plan is pmapped over; "auto": all of them
-    td_error_loss_fn: str = "huber"
+    td_error_loss_fn: LossFn = "huber"
     # --- RLlib's common keys ---
     gamma: float = 0.99
     lr: float = 5e-4
@@ -293,7 +300,7 @@ class DQNConfig:
     # --- SimpleQ / DQN keys ---
     adam_epsilon: float = 1e-8
     grad_clip: float | None = 40.0
-    grad_clip_mode: str = "global_norm"  # ours: RLlib torch's global norm, or RLlib tf's per tensor
+    grad_clip_mode: GradClipMode = "global_norm"  # ours: RLlib torch's global norm, or RLlib tf's per tensor
     buffer_size: int = 50_000
     learning_starts: int = 1000
     target_network_update_freq: int = 500
