@@ -34,17 +34,17 @@ def imports_of(path: pathlib.Path) -> set[str]:
 
 MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
 
-# The layers, lowest first. A module imports from its own layer or a lower one (the package
-# facade ``jaxdqn`` aside). Every module must be listed: a new one is placed here on purpose.
+# The layers of the team's DESIGN.md, lowest first. A module imports from its own layer or a lower
+# one (the package facade ``jaxdqn`` aside). Every module must be listed: a new one is placed here
+# on purpose.
 LAYERS = {
-    "foundation": ["jaxdqn.types", "jaxdqn.config", "jaxdqn.rllib", "jaxdqn.losses", "jaxdqn.buffers.segment_tree",
-                   "jaxdqn.buffers.tree_kernels"],
-    "components": ["jaxdqn.buffers", "jaxdqn.buffers.uniform_replay", "jaxdqn.buffers.prioritized_replay",
-                   "jaxdqn.buffers.sequence", "jaxdqn.networks", "jaxdqn.exploration", "jaxdqn.envs"],
-    "steps": ["jaxdqn.learner", "jaxdqn.rollout", "jaxdqn.evaluation", "jaxdqn.multi_agent_envs", "jaxdqn.sweep"],
-    "plans": ["jaxdqn.plan", "jaxdqn.multiagent"],
-    "devices": ["jaxdqn.parallel"],
-    "shell": sorted(SHELL),
+    "L0 vocabulary": ["jaxdqn.types", "jaxdqn.config", "jaxdqn.rllib"],
+    "L1 kernels": ["jaxdqn.buffers", "jaxdqn.buffers.segment_tree", "jaxdqn.buffers.tree_kernels",
+                   "jaxdqn.buffers.uniform_replay", "jaxdqn.buffers.prioritized_replay", "jaxdqn.buffers.sequence",
+                   "jaxdqn.losses", "jaxdqn.networks", "jaxdqn.exploration", "jaxdqn.envs"],
+    "L2 steps": ["jaxdqn.learner", "jaxdqn.rollout", "jaxdqn.evaluation", "jaxdqn.multi_agent_envs", "jaxdqn.sweep"],
+    "L3 composition": ["jaxdqn.plan", "jaxdqn.multiagent", "jaxdqn.parallel"],
+    "L4 shell": sorted(SHELL),
 }
 LAYER_OF = {m: i for i, (_, modules) in enumerate(LAYERS.items()) for m in modules}
 
