@@ -224,6 +224,11 @@ class Run(NamedTuple):
         return self.trials[0][1]
 
     @property
+    def grid_keys(self) -> list[str]:
+        """The dotted keys of the grid, in the order they first appear."""
+        return list(dict.fromkeys(k for variables, _ in self.trials for k in variables))
+
+    @property
     def is_sweep(self) -> bool:
         return len(self.trials) > 1 or bool(self.trials[0][0])
 
@@ -449,7 +454,7 @@ def train_sweep(args: argparse.Namespace, run: Run, loggers: list[str], checkpoi
     summary.sort(key=lambda row: row[0])
     if writer:
         write_summary(experiment / "summary.csv", run, folders, summary)
-    print_sweep_summary(run, folders, summary, experiment, quiet=quiet)
+    print_sweep_summary(run, summary, experiment, quiet=quiet)
     return 0
 
 
@@ -462,7 +467,7 @@ def write_summary(path: pathlib.Path, run: Run, folders: list[pathlib.Path], sum
     """One row per trial: its folder, grid variables, and final results (means over seeds)."""
     import csv
 
-    names = list(dict.fromkeys(k for v, _ in run.trials for k in v))
+    names = run.grid_keys
     columns = ["trial", *names, "episode_reward_mean", "episode_reward_mean_min_over_seeds",
                "episode_reward_mean_max_over_seeds", "episode_len_mean", "timesteps_total", "training_iteration",
                "time_total_s", "stop", "checkpoint"]
@@ -479,12 +484,11 @@ def write_summary(path: pathlib.Path, run: Run, folders: list[pathlib.Path], sum
     os.replace(tmp, path)
 
 
-def print_sweep_summary(run: Run, folders: list[pathlib.Path], summary: list[Any], experiment: pathlib.Path,
-                        *, quiet: bool) -> None:
+def print_sweep_summary(run: Run, summary: list[Any], experiment: pathlib.Path, *, quiet: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    names = list(dict.fromkeys(k for v, _ in run.trials for k in v))
+    names = run.grid_keys
     table = Table(title=f"{len(summary)} trials, {run.seeds or 1} seed(s) each")
     for column in ("trial", *names, "reward_mean", "min-max", "timesteps", "stop"):
         table.add_column(column, justify="right")

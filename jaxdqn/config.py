@@ -44,7 +44,7 @@ def _is_number(x: Any) -> bool:
 
 def _traced(x: Any) -> bool:
     """A swept value inside a vmapped trial (``jaxdqn.sweep``): checked when its trial's concrete
-    config was built, so a config rebuilt around it (a policy's) does not check it again."""
+    config was built, so a config built around it (the traced trial's, a policy's) passes it."""
     return isinstance(x, jax.core.Tracer)
 
 

@@ -11,7 +11,7 @@ intensity, env ...) changes shapes or the static schedule, so such trials compil
 
 Inside a program, ``traced_config(config, values)`` is ``config`` with the swept fields replaced
 by the values of one trial (tracers under ``vmap``); every trial's concrete config has been
-validated before, so the substitution skips validation. The plan built from it inside the
+validated before, so validation passes the traced values (``config._traced``). The plan built from it inside the
 vmapped function is the plan of that trial: a trial of a sweep draws the same random stream
 and takes the same steps as ``Trainer(trial_config, num_seeds=S)`` (to float rounding: a
 traced value is not constant-folded).
@@ -20,6 +20,7 @@ traced value is not constant-folded).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 from typing import Any, Mapping, Sequence
 
@@ -173,23 +174,22 @@ def trial_values(configs: Sequence[DQNConfig]) -> dict[str, np.ndarray]:
 
 
 def traced_config(config: DQNConfig, values: Mapping[str, Any]) -> DQNConfig:
-    """``config`` with ``values`` (``{dotted key: scalar}``, tracers under ``vmap``) substituted,
-    without validation (each trial's concrete config was validated when it was built)."""
-    out = copy.copy(config)
-    subs: dict[str, Any] = {}
+    """``config`` with ``values`` (``{dotted key: scalar}``, tracers under ``vmap``) substituted by
+    the ordinary ``replace``: its validation checks concrete values and passes traced ones (each
+    trial's concrete config was validated when it was built)."""
+    top: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
     for key, value in values.items():
         if key not in TRACED_KEYS:
             raise ValueError(f"{key} cannot be traced; traced keys: {sorted(TRACED_KEYS)}")
         parent, _, leaf = key.rpartition(".")
         if parent:
-            if parent not in subs:
-                subs[parent] = copy.copy(getattr(config, parent))
-            object.__setattr__(subs[parent], leaf, value)
+            nested.setdefault(parent, {})[leaf] = value
         else:
-            object.__setattr__(out, leaf, value)
-    for parent, sub in subs.items():
-        object.__setattr__(out, parent, sub)
-    return out
+            top[leaf] = value
+    for parent, changes in nested.items():
+        top[parent] = dataclasses.replace(getattr(config, parent), **changes)
+    return dataclasses.replace(config, **top)
 
 
 def per_trial(config: DQNConfig, values: Mapping[str, Any], fn: Any, *args: Any) -> Any:

@@ -197,11 +197,6 @@ class Trainer:
         self.evaluations = 0
         self._explore_draws = 0
 
-    @property
-    def num_trials(self) -> int | None:
-        """The sweep's trial count (``None``: not a sweep)."""
-        return None if self.trials is None else len(self.trials)
-
     def _nest(self, runs: list[Any]) -> Any:
         """One item per vmapped run -> the public shape: one item, a list over seeds, or with
         trials a list over trials (of lists over seeds when ``num_seeds`` is set)."""
