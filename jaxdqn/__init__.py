@@ -7,7 +7,8 @@ and, loaded on first use so that importing the core never imports the shell, ``T
 from typing import Any
 
 from jaxdqn import buffers, losses, types
-from jaxdqn.config import DQNConfig, EvaluationConfig, ExplorationConfig, ModelConfig, SimpleQConfig
+from jaxdqn.config import (DQNConfig, EvaluationConfig, ExplorationConfig, ModelConfig, OptimizerConfig,
+                           SimpleQConfig)
 
 __version__ = "0.1.0"
 
@@ -15,6 +16,7 @@ __all__ = [
     "DQNConfig",
     "EvaluationConfig",
     "ExplorationConfig",
+    "OptimizerConfig",
     "ModelConfig",
     "SimpleQConfig",
     "Trainer",

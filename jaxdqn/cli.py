@@ -24,7 +24,9 @@ RUN_NAMES = {"dqn": "DQN", "simple_q": "SimpleQ"}  # RLlib's trainable names (Tu
 STOP_KEYS = ("episode_reward_mean", "timesteps_total", "training_iteration")
 TUNED = {("dqn", "CartPole-v1"): "cartpole-v1-dqn.yaml", ("simple_q", "CartPole-v1"): "cartpole-v1-simpleq.yaml",
          ("dqn", "Acrobot-v1"): "acrobot-v1-dqn.yaml", ("dqn", "MemoryChain-bsuite"): "memorychain-bsuite-dqn-lstm.yaml",
-         ("dqn", "MultiCartPole-v1"): "multicartpole-v1-dqn.yaml"}
+         ("dqn", "MultiCartPole-v1"): "multicartpole-v1-dqn.yaml",
+         **{("dqn", f"{game}-MinAtar"): f"{game.lower()}-minatar-dqn.yaml"
+            for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders", "Seaquest")}}
 
 
 class UsageError(Exception):
@@ -639,6 +641,8 @@ def plot(args: argparse.Namespace) -> int:
                             label="min-max over seeds" if label is None else None)
         name = f"mean over {len(seeds)} seeds" if len(seeds) > 1 else args.metric
         ax.plot(x, np.nanmean(y, 0), color=color, linewidth=2, label=name if label is None else label)
+    for value, text in zip(args.reference, args.reference_label + [None] * len(args.reference)):
+        ax.axhline(value, color="black", linestyle="--", linewidth=1, label=text or f"reference {value:g}")
     ax.set_xlabel(args.x)
     ax.set_ylabel(args.metric + (f" (mean over {len(curves[0][1])} seeds)" if trials and len(curves[0][1]) > 1 else ""))
     ax.set_title(run_dir.resolve().name)
@@ -711,6 +715,9 @@ def make_parser() -> Parser:
     p.add_argument("--metric", default="episode_reward_mean")
     p.add_argument("--x", default="timesteps_total")
     p.add_argument("--output", help="default RUN_DIR/learning_curve.png")
+    p.add_argument("--reference", type=float, action="append", default=[],
+                   help="a horizontal line at this value (repeatable), e.g. a paper's result")
+    p.add_argument("--reference-label", action="append", default=[], help="the label of each --reference")
     p.set_defaults(func=plot)
 
     i = commands.add_parser("info", help="version, JAX backend and devices")

@@ -23,11 +23,13 @@ ExplorationType = Literal["EpsilonGreedy"]
 LossFn = Literal["huber", "mse"]
 GradClipMode = Literal["global_norm", "per_tensor"]
 ReplayMode = Literal["independent", "lockstep"]
+OptimizerType = Literal["adam", "rmsprop"]
 ACTIVATIONS: tuple[str, ...] = get_args(Activation)
 EXPLORATION_TYPES: tuple[str, ...] = get_args(ExplorationType)
 LOSS_FNS: tuple[str, ...] = get_args(LossFn)
 GRAD_CLIP_MODES: tuple[str, ...] = get_args(GradClipMode)
 REPLAY_MODES: tuple[str, ...] = get_args(ReplayMode)
+OPTIMIZER_TYPES: tuple[str, ...] = get_args(OptimizerType)
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -112,6 +114,34 @@ class ExplorationConfig:
         _number("exploration_config.initial_epsilon", self.initial_epsilon, 0.0, 1.0)
         _number("exploration_config.final_epsilon", self.final_epsilon, 0.0, 1.0)
         _int("exploration_config.epsilon_timesteps", self.epsilon_timesteps, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+    """RLlib's ``optimizer`` dict ("arguments to pass to the policy optimizer"; empty there, and
+    here: Adam with ``lr`` / ``adam_epsilon``). ``type="rmsprop"`` is RMSProp as PyTorch computes
+    it (the MinAtar and DQN-Zoo-style references): ``v = decay v + (1 - decay) g^2``, centred
+    (``v - m^2``, ``m`` the mean gradient) when ``centered``, step ``lr g / (sqrt(v) + epsilon)``.
+    ``lr``, ``lr_schedule`` and ``grad_clip`` apply to both."""
+
+    type: OptimizerType = "adam"
+    decay: float = 0.95  # rmsprop: the squared-gradient (and mean-gradient) average's decay
+    epsilon: float = 0.01  # rmsprop: added to the root, as PyTorch's eps
+    centered: bool = True  # rmsprop
+
+    def __post_init__(self) -> None:
+        if self.type not in OPTIMIZER_TYPES:
+            _fail("optimizer.type", self.type, f"supported: {list(OPTIMIZER_TYPES)}")
+        _number("optimizer.decay", self.decay, 0.0, 1.0)
+        _number("optimizer.epsilon", self.epsilon, 0.0, open_low=True)
+        if not isinstance(self.centered, bool):
+            _fail("optimizer.centered", self.centered, "must be a bool")
+        if self.type == "adam":
+            for f in ("decay", "epsilon", "centered"):
+                default = OptimizerConfig.__dataclass_fields__[f].default
+                if getattr(self, f) != default:
+                    _fail(f"optimizer.{f}", getattr(self, f), "applies to optimizer type 'rmsprop' only (Adam's "
+                          "epsilon is adam_epsilon)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,6 +327,7 @@ class DQNConfig:
     min_iter_time_s: float = 0.0
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     exploration_config: ExplorationConfig = dataclasses.field(default_factory=ExplorationConfig)
+    optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
     # --- SimpleQ / DQN keys ---
     adam_epsilon: float = 1e-8
     grad_clip: float | None = 40.0
@@ -375,8 +406,16 @@ class DQNConfig:
             _fail("grad_clip_mode", self.grad_clip_mode, f"supported: {list(GRAD_CLIP_MODES)}")
         if not isinstance(self.model, ModelConfig):
             _set(self, "model", ModelConfig(**dict(self.model)))
-        if not isinstance(self.exploration_config, ExplorationConfig):
-            _set(self, "exploration_config", ExplorationConfig(**dict(self.exploration_config)))
+        for key, cls in (("exploration_config", ExplorationConfig), ("optimizer", OptimizerConfig)):
+            value = getattr(self, key)
+            if not isinstance(value, cls):
+                if not isinstance(value, Mapping):
+                    _fail(key, value, f"must be a mapping of {[f.name for f in dataclasses.fields(cls)]}")
+                known = {f.name for f in dataclasses.fields(cls)}
+                for k in value:
+                    if k not in known:
+                        _unknown(f"{key}.{k}", {f"{key}.{f}" for f in known}, "unknown config key")
+                _set(self, key, cls(**dict(value)))
         if self.multiagent is not None and not isinstance(self.multiagent, MultiAgentConfig):
             if not isinstance(self.multiagent, Mapping):
                 _fail("multiagent", self.multiagent, "must be a mapping with policies, policy_mapping_fn, ...")
@@ -393,6 +432,9 @@ class DQNConfig:
                 _fail("model.use_lstm", True, "recurrent multi-agent policies are not supported; "
                       "remove the multiagent section or the LSTM")
         _number("adam_epsilon", self.adam_epsilon, 0.0, open_low=True)
+        if self.optimizer.type != "adam" and self.adam_epsilon != DQNConfig.__dataclass_fields__["adam_epsilon"].default:
+            _fail("adam_epsilon", self.adam_epsilon, f"applies to Adam only; optimizer type is "
+                  f"{self.optimizer.type!r} (set optimizer.epsilon)")
         if self.grad_clip is not None:
             _number("grad_clip", self.grad_clip, 0.0, open_low=True)
         _int("buffer_size", self.buffer_size, 1, 2**30 - 1)
@@ -498,6 +540,10 @@ def _unknown(key: str, known: set[str], what: str = "unknown or unsupported RLli
     raise ValueError(f"{what} {key!r}.{hint} Remove it, or see jaxdqn.DQNConfig for the supported keys.")
 
 
+# The sub-configs: nested mappings in files, dotted keys (``model.fcnet_hiddens``) in sweeps.
+NESTED: dict[str, type] = {"model": ModelConfig, "exploration_config": ExplorationConfig,
+                           "evaluation_config": EvaluationConfig, "optimizer": OptimizerConfig}
+
 ALGOS: dict[str, type] = {"dqn": DQNConfig, "simple_q": SimpleQConfig}
 RLLIB_RUN_NAMES = {"DQN": "dqn", "SimpleQ": "simple_q", "dqn": "dqn", "simple_q": "simple_q"}
 
@@ -550,7 +596,7 @@ def from_dict(data: Mapping[str, Any], algo: str = "dqn") -> DQNConfig:
     An unknown key, top-level or nested, raises ``ValueError`` with a did-you-mean hint."""
     cls = config_class(algo)
     fields = {f.name for f in dataclasses.fields(cls)}
-    nested = {"model": ModelConfig, "exploration_config": ExplorationConfig, "evaluation_config": EvaluationConfig}
+    nested = NESTED
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key not in fields:

@@ -16,12 +16,18 @@ from typing import Any, Mapping, NamedTuple
 import gymnax
 import jax
 import jax.numpy as jnp
+from flax import struct
 from gymnax.environments import spaces
+from gymnax.wrappers.purerl import GymnaxWrapper
 
 Array = jax.Array
 
 # Names that are gymnax environments with other parameters.
 ALIASES = {"CartPole-v0": ("CartPole-v1", {"max_steps_in_episode": 200})}
+
+# ``env_params`` keys that wrap the environment rather than set a field of its params; named as
+# gym's / ALE's ``make`` keywords (what an RLlib ``env_config`` for Atari holds).
+WRAPPER_KEYS = ("repeat_action_probability", "full_action_space")
 
 
 class EnvSpec(NamedTuple):
@@ -41,6 +47,82 @@ class EnvStep(NamedTuple):
     reward: Array  # float32
     terminated: Array  # bool
     truncated: Array  # bool
+
+
+@struct.dataclass
+class StickyState:
+    """The wrapped env's state and the action it executed last (0, no-op, after a reset)."""
+
+    env_state: Any
+    last_action: Array
+
+
+class StickyActions(GymnaxWrapper):
+    """Sticky actions (Machado et al. 2018; MinAtar's ``sticky_action_prob``): on each step,
+    with probability ``prob`` the environment repeats the action it executed last instead of the
+    agent's. The first action of an episode follows a no-op (0), as in MinAtar and ALE."""
+
+    def __init__(self, env: Any, prob: float):
+        super().__init__(env)
+        self.prob = prob
+
+    def reset(self, key: Array, params: Any = None) -> tuple[Array, StickyState]:
+        obs, state = self._env.reset(key, params)
+        return obs, StickyState(state, jnp.zeros((), jnp.int32))
+
+    def step(self, key: Array, state: StickyState, action: Array, params: Any = None) -> tuple:
+        key_sticky, key_step = jax.random.split(key)
+        action = jnp.where(jax.random.uniform(key_sticky) < self.prob, state.last_action, action).astype(jnp.int32)
+        obs, env_state, reward, terminated, truncated, info = self._env.step(key_step, state.env_state, action, params)
+        last_action = jnp.where(jnp.logical_or(terminated, truncated), 0, action)
+        return obs, StickyState(env_state, last_action), reward, terminated, truncated, info
+
+
+class FullActionSet(GymnaxWrapper):
+    """The full action set of a MinAtar game (``n l u r d f``, 6 actions) over an env that acts on
+    its minimal set: an action outside the minimal set is the no-op, which is what the game does
+    with it (MinAtar's and ALE's ``full_action_space``)."""
+
+    def __init__(self, env: Any):
+        super().__init__(env)
+        full, minimal = getattr(env, "full_action_set", None), getattr(env, "minimal_action_set", None)
+        if full is None or minimal is None:
+            raise ValueError(f"env_params full_action_space=True needs an env with full_action_set and "
+                             f"minimal_action_set (the MinAtar games); {getattr(env, 'name', env)!r} has none")
+        full, minimal = [int(a) for a in full], [int(a) for a in minimal]
+        noop = minimal.index(0)
+        self.to_minimal = jnp.asarray([minimal.index(a) if a in minimal else noop for a in full], jnp.int32)
+
+    def action_space(self, params: Any = None) -> spaces.Discrete:
+        return spaces.Discrete(int(self.to_minimal.shape[0]))
+
+    @property
+    def num_actions(self) -> int:
+        return int(self.to_minimal.shape[0])
+
+    def step(self, key: Array, state: Any, action: Array, params: Any = None) -> tuple:
+        return self._env.step(key, state, self.to_minimal[action], params)
+
+
+def wrap(env: Any, options: Mapping[str, Any]) -> Any:
+    """``env`` under the wrappers that ``options`` (``WRAPPER_KEYS``) ask for: the full action set
+    first (the agent's action space), then sticky actions (they repeat the executed action)."""
+    if options.get("full_action_space", False):
+        env = FullActionSet(env)
+    prob = options.get("repeat_action_probability", 0.0)
+    if prob:
+        env = StickyActions(env, float(prob))
+    return env
+
+
+def check_wrapper_options(options: Mapping[str, Any]) -> None:
+    """Refuses a wrapper option of the wrong type or range, naming it."""
+    prob = options.get("repeat_action_probability", 0.0)
+    if isinstance(prob, bool) or not isinstance(prob, (int, float)) or not 0.0 <= prob < 1.0:
+        raise ValueError(f"env_params repeat_action_probability={prob!r} is invalid: must be a number in [0, 1)")
+    full = options.get("full_action_space", False)
+    if not isinstance(full, bool):
+        raise ValueError(f"env_params full_action_space={full!r} is invalid: must be a bool")
 
 
 def valid_names() -> list[str]:
@@ -64,6 +146,8 @@ def make_env(env: str | Any, env_params: Mapping[str, Any] | tuple = (), params:
     space, or an ``env_params`` key the environment does not have.
     """
     overrides = dict(env_params)
+    options = {key: overrides.pop(key) for key in WRAPPER_KEYS if key in overrides}
+    check_wrapper_options(options)
     if isinstance(env, str):
         name = env
         if name in ALIASES:
@@ -76,6 +160,7 @@ def make_env(env: str | Any, env_params: Mapping[str, Any] | tuple = (), params:
     elif params is None:
         params = env.default_params
     params = override_params(params, overrides)
+    env = wrap(env, options)
     space = env.action_space(params)
     if not isinstance(space, spaces.Discrete):
         raise ValueError(f"env {getattr(env, 'name', env)!r} has a {type(space).__name__} action space; "

@@ -73,16 +73,21 @@ def clip_each_by_norm(max_norm: float) -> optax.GradientTransformation:
 
 
 def make_optimizer(config: DQNConfig) -> optax.GradientTransformation:
-    """Adam with ``adam_epsilon`` after clipping at ``grad_clip``: the global norm over every
-    tensor (``grad_clip_mode="global_norm"``, RLlib's torch policies) or each tensor's own norm
-    (``"per_tensor"``, RLlib's tf policies). The learning rate is a hyper-parameter set on every
-    step from the schedule."""
-    adam = optax.inject_hyperparams(optax.adam)(learning_rate=config.lr, eps=config.adam_epsilon)
+    """The ``optimizer`` (Adam with ``adam_epsilon``, RLlib's; or RMSProp, see ``OptimizerConfig``)
+    after clipping at ``grad_clip``: the global norm over every tensor (``grad_clip_mode=
+    "global_norm"``, RLlib's torch policies) or each tensor's own norm (``"per_tensor"``, RLlib's
+    tf policies). The learning rate is a hyper-parameter set on every step from the schedule."""
+    opt = config.optimizer
+    if opt.type == "rmsprop":
+        base = optax.inject_hyperparams(optax.rmsprop, static_args=("centered", "eps_in_sqrt"))(
+            learning_rate=config.lr, decay=opt.decay, eps=opt.epsilon, centered=opt.centered, eps_in_sqrt=False)
+    else:
+        base = optax.inject_hyperparams(optax.adam)(learning_rate=config.lr, eps=config.adam_epsilon)
     if config.grad_clip is None:
-        return adam
+        return base
     if config.grad_clip_mode == "per_tensor":
-        return optax.chain(clip_each_by_norm(config.grad_clip), adam)
-    return optax.chain(optax.clip_by_global_norm(config.grad_clip), adam)
+        return optax.chain(clip_each_by_norm(config.grad_clip), base)
+    return optax.chain(optax.clip_by_global_norm(config.grad_clip), base)
 
 
 def set_learning_rate(opt_state: Any, lr: Array) -> Any:

@@ -53,7 +53,6 @@ FIXED_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "custom_eval_function": ((None,), "evaluation is Trainer.evaluate()"),
     "input": (("sampler",), "experiences come from the environment only (no offline input)"),
     "output": ((None,), "experiences are not written out"),
-    "optimizer": (({},), "the optimizer is Adam with lr / adam_epsilon / grad_clip"),
     "before_learn_on_batch": ((None,), "pass the hook as Trainer(before_learn_on_batch=...)"),
     "callbacks": ((None, "DefaultCallbacks"), "there are no callbacks; results come back from train()"),
     "monitor": ((False,), "no videos or monitor files are written"),

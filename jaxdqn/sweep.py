@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdqn.config import DQNConfig, to_dict
+from jaxdqn.config import NESTED, DQNConfig, to_dict
 
 # Config keys whose value the plan may take as a traced array (``nested.key`` for sub-configs).
 # Each is tested to give the same run traced as written out (tests/test_sweep.py).
@@ -86,11 +86,11 @@ def expand_grid(doc: Mapping[str, Any]) -> list[tuple[dict[str, Any], dict[str, 
 
 
 def flat_keys(config: DQNConfig) -> dict[str, Any]:
-    """The config as ``{dotted key: value}``, sub-configs (``model``, ``exploration_config``,
-    ``evaluation_config``) one level down; other values (lists, ``multiagent``) whole."""
+    """The config as ``{dotted key: value}``, sub-configs (``config.NESTED``: ``model``,
+    ``exploration_config``, ...) one level down; other values (lists, ``multiagent``) whole."""
     out = {}
     for key, value in to_dict(config).items():
-        if key in ("model", "exploration_config", "evaluation_config"):
+        if key in NESTED:
             out.update({f"{key}.{k}": v for k, v in value.items()})
         else:
             out[key] = value

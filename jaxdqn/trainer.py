@@ -115,7 +115,7 @@ def warn_without_kernels(config: DQNConfig) -> None:
 
 def apply_overrides(config: DQNConfig, overrides: Mapping[str, Any]) -> DQNConfig:
     """``config`` with a trial's ``overrides`` (our keys; ``a.b`` or nested mappings reach into
-    ``model``, ``exploration_config``, ``evaluation_config``), validated."""
+    the sub-configs ``config.NESTED``), validated."""
     data = to_dict(config)
     for key, value in overrides.items():
         parent, _, leaf = str(key).rpartition(".")

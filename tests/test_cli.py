@@ -120,6 +120,20 @@ def test_evaluate_and_plot(run2, tmp_path, capsys):
     assert np.std(image[..., :3]) > 0.05  # something was drawn
 
 
+def test_plot_draws_reference_lines(run2, tmp_path, monkeypatch):
+    """``--reference`` draws a labelled horizontal line per value (a paper's result)."""
+    import matplotlib.axes
+
+    drawn = []
+    original = matplotlib.axes.Axes.axhline
+    monkeypatch.setattr(matplotlib.axes.Axes, "axhline",
+                        lambda self, y, **kw: drawn.append((y, kw.get("label"))) or original(self, y, **kw))
+    args = ["plot", str(run2), "--output", str(tmp_path / "c.png"), "--reference", "10", "--reference-label",
+            "paper, 5M frames", "--reference", "17.5"]
+    assert cli.main(args) == 0
+    assert drawn == [(10.0, "paper, 5M frames"), (17.5, "reference 17.5")]
+
+
 ERRORS = [
     (["train", "--bogus"], "unrecognized arguments: --bogus"),
     (["train", "--algo", "ppo"], "invalid choice: 'ppo'"),

@@ -71,3 +71,83 @@ def test_a_users_env_object():
     env, params = gymnax.make("Acrobot-v1")
     spec = envs.make_env(env, {"max_steps_in_episode": 7}, params)
     assert spec.params.max_steps_in_episode == 7 and spec.num_actions == 3
+
+
+MINATAR = ["Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "SpaceInvaders-MinAtar", "Seaquest-MinAtar"]
+
+
+@pytest.mark.parametrize("name", MINATAR)
+def test_full_action_set_is_the_games_own(name):
+    """``full_action_space=True`` plays exactly as the game built on its full action set
+    (gymnax's ``use_minimal_action_set=False``): same observations, rewards and ends over
+    random full-set actions."""
+    import gymnax
+
+    spec = envs.make_env(name, {"full_action_space": True})
+    env, params = gymnax.make(name, use_minimal_action_set=False)
+    assert spec.num_actions == env.num_actions == 6
+    actions = jax.random.randint(jax.random.key(2), (300,), 0, 6)
+    keys = jax.random.split(jax.random.key(3), 300)
+
+    def play(step, reset):
+        def body(state, inputs):
+            key, action = inputs
+            obs, state, reward, terminated, truncated, _ = step(key, state, action, params)
+            return state, (obs, reward, terminated, truncated)
+
+        _, state = reset(jax.random.key(4), params)
+        return jax.lax.scan(body, state, (keys, actions))[1]
+
+    ours = play(spec.env.step, spec.env.reset)
+    theirs = play(env.step, env.reset)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+class ActionEcho:
+    """A gymnax-API env whose observation is the action it executed; never ends."""
+
+    default_params = None
+
+    def reset(self, key, params=None):
+        return jnp.zeros((1,)), jnp.zeros(())
+
+    def step(self, key, state, action, params=None):
+        return jnp.asarray(action, jnp.float32)[None], state, 0.0, False, False, {}
+
+    def action_space(self, params=None):
+        from gymnax.environments import spaces
+
+        return spaces.Discrete(4)
+
+
+def test_sticky_actions_repeat_the_last_executed_action_with_the_given_probability():
+    """Each step executes the agent's action or, with probability p, the one executed before
+    (no-op 0 before the first): the repeat rate over steps where the two differ is p."""
+    p, steps = 0.25, 20_000
+    env = envs.StickyActions(ActionEcho(), p)
+    agent = jax.random.randint(jax.random.key(5), (steps,), 0, 4)
+
+    def body(state, inputs):
+        key, action = inputs
+        obs, state, *_ = env.step(key, state, action)
+        return state, obs[0].astype(jnp.int32)
+
+    _, state = env.reset(jax.random.key(6))
+    executed = np.asarray(jax.lax.scan(body, state, (jax.random.split(jax.random.key(7), steps), agent))[1])
+    agent = np.asarray(agent)
+    previous = np.concatenate([[0], executed[:-1]])
+    assert np.all((executed == agent) | (executed == previous))
+    differ = agent != previous
+    rate = np.mean(executed[differ] == previous[differ])
+    sigma = np.sqrt(p * (1 - p) / differ.sum())
+    assert abs(rate - p) < 4 * sigma, (rate, p)
+
+
+def test_wrapper_options_are_checked():
+    with pytest.raises(ValueError, match=r"repeat_action_probability=1\.5.*\[0, 1\)"):
+        envs.make_env("Breakout-MinAtar", {"repeat_action_probability": 1.5})
+    with pytest.raises(ValueError, match=r"full_action_space='yes'.*bool"):
+        envs.make_env("Breakout-MinAtar", {"full_action_space": "yes"})
+    with pytest.raises(ValueError, match=r"full_action_space=True needs .*MinAtar"):
+        envs.make_env("CartPole-v1", {"full_action_space": True})

@@ -251,3 +251,48 @@ def test_piecewise_linear_matches_numpy_interp(points, times):
     want = np.interp(times, [p[0] for p in points], [p[1] for p in points])
     got = [float(schedule(jnp.int32(t))) for t in times]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("centered", [True, False])
+def test_rmsprop_is_pytorchs(centered):
+    """``optimizer: {type: rmsprop}`` is torch.optim.RMSprop (the MinAtar reference's): a numpy
+    transcription of its update over random gradients, with the learning rate set per step."""
+    rng = np.random.default_rng(1)
+    decay, eps, shape = 0.9, 0.05, (3, 2)
+    config = DQNConfig(optimizer={"type": "rmsprop", "decay": decay, "epsilon": eps, "centered": centered},
+                       grad_clip=None, lr=0.1)
+    opt = learner.make_optimizer(config)
+    params = {"w": jnp.zeros(shape)}
+    state = opt.init(params)
+    v, m = np.zeros(shape), np.zeros(shape)
+    for step in range(5):
+        g = rng.normal(size=shape).astype(np.float32)
+        lr = 0.1 / (step + 1)
+        state = learner.set_learning_rate(state, lr)
+        update, state = opt.update({"w": jnp.asarray(g)}, state, params)
+        v = decay * v + (1 - decay) * g ** 2  # torch: square_avg.mul_(alpha).addcmul_(g, g, 1 - alpha)
+        denom = v
+        if centered:
+            m = decay * m + (1 - decay) * g  # grad_avg.lerp_(g, 1 - alpha)
+            denom = v - m ** 2
+        want = -lr * g / (np.sqrt(denom) + eps)
+        np.testing.assert_allclose(np.asarray(update["w"]), want, rtol=1e-5, atol=1e-7)
+
+
+def test_optimizer_keys_are_checked():
+    with pytest.raises(ValueError, match=r"optimizer.type='sgd'.*\['adam', 'rmsprop'\]"):
+        DQNConfig(optimizer={"type": "sgd"})
+    with pytest.raises(ValueError, match=r"optimizer.centered=False.*'rmsprop' only"):
+        DQNConfig(optimizer={"centered": False})
+    with pytest.raises(ValueError, match=r"adam_epsilon=0.0001.*Adam only.*optimizer.epsilon"):
+        DQNConfig(optimizer={"type": "rmsprop"}, adam_epsilon=1e-4)
+    with pytest.raises(ValueError, match=r"unknown config key 'optimizer.eps'.*optimizer.epsilon"):
+        DQNConfig(optimizer={"type": "rmsprop", "eps": 0.1})
+    # RLlib's empty dict is Adam, as there.
+    assert jaxdqn_from_rllib({"optimizer": {}}).optimizer.type == "adam"
+
+
+def jaxdqn_from_rllib(d):
+    from jaxdqn import from_rllib
+
+    return from_rllib(d, "dqn")

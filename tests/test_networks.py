@@ -4,6 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jaxdqn import DQNConfig, ModelConfig
 from jaxdqn.networks import QNetwork, make_network
@@ -83,3 +85,58 @@ def test_lstm_carries_state_and_resets_at_episode_starts():
     fresh, _ = net.apply(params, obs[:, 3:])
     np.testing.assert_allclose(reset.q[:, 3:], fresh.q, rtol=1e-5, atol=1e-6)
     assert not np.allclose(reset.q[:, 3:], whole.q[:, 3:])
+
+
+def numpy_conv_same(x, kernel, bias, stride):
+    """Plain-numpy "SAME" convolution (cross-correlation, TF/lax padding), the reference."""
+    k = kernel.shape[0]
+    b, h, w, _ = x.shape
+    out_h, out_w = -(-h // stride), -(-w // stride)
+    pad_h, pad_w = max((out_h - 1) * stride + k - h, 0), max((out_w - 1) * stride + k - w, 0)
+    xp = np.pad(x, ((0, 0), (pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2), (0, 0)))
+    y = np.zeros((b, out_h, out_w, kernel.shape[-1]))
+    for i in range(out_h):
+        for j in range(out_w):
+            window = xp[:, i * stride:i * stride + k, j * stride:j * stride + k, :]
+            y[:, i, j] = np.einsum("bhwc,hwco->bo", window, kernel)
+    return y + bias
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 3), st.integers(3, 12), st.integers(3, 12), st.integers(1, 4), st.integers(1, 5),
+       st.integers(1, 3), st.integers(1, 8), st.booleans(), st.integers(0, 2**31 - 1))
+def test_conv_is_the_same_convolution_on_both_paths(batch, height, width, channels, kernel, stride, features,
+                                                    as_matmul, seed):
+    """``Conv`` (patches @ kernel, XLA:CPU's path, or ``lax.conv``) equals a numpy convolution and
+    has ``nn.Conv``'s parameters (names, shapes), so a checkpoint loads whichever path made it."""
+    import flax.linen as nn
+
+    from jaxdqn import _platform
+    from jaxdqn.networks import Conv
+
+    x = np.asarray(jax.random.normal(jax.random.key(seed), (batch, height, width, channels)))
+    conv = Conv(features, kernel, stride)
+    params = conv.init(jax.random.key(seed + 1), x)
+    reference = nn.Conv(features, (kernel, kernel), (stride, stride)).init(jax.random.key(seed + 1), x)
+    assert jax.tree_util.tree_map(jnp.shape, params) == jax.tree_util.tree_map(jnp.shape, reference)
+    p = jax.tree_util.tree_map(np.asarray, params)["params"]
+    p["bias"] = np.asarray(jax.random.normal(jax.random.key(seed + 2), p["bias"].shape))
+    original = _platform.conv_as_matmul
+    _platform.conv_as_matmul = lambda: as_matmul
+    try:
+        y = conv.apply({"params": p}, x)
+    finally:
+        _platform.conv_as_matmul = original
+    np.testing.assert_allclose(np.asarray(y), numpy_conv_same(x, p["kernel"], p["bias"], stride), rtol=1e-4, atol=1e-4)
+
+
+def test_conv_keeps_leading_axes():
+    """Observations ``[B, T, H, W, C]`` (the LSTM's) convolve frame by frame."""
+    from jaxdqn.networks import Conv
+
+    x = jax.random.normal(jax.random.key(0), (2, 3, 6, 6, 2))
+    conv = Conv(4, 3, 2)
+    params = conv.init(jax.random.key(1), x)
+    y = conv.apply(params, x)
+    assert y.shape == (2, 3, 3, 3, 4)
+    np.testing.assert_allclose(y[1, 2], conv.apply(params, x[1, 2][None])[0], rtol=1e-6)

@@ -40,7 +40,7 @@ COMMON = [
     ("num_gpus", 0, 2, MAP),
     ("train_batch_size", 32, 64, MAP),
     ("model", {}, {"fcnet_hiddens": [8]}, MAP),
-    ("optimizer", {}, {"beta1": 0.5}, REFUSE),
+    ("optimizer", {}, {"type": "rmsprop"}, MAP),  # ours in RLlib's dict; an unknown key in it is refused
     ("gamma", 0.99, 0.9, MAP),
     ("horizon", None, 100, REFUSE),
     ("soft_horizon", False, True, REFUSE),
