@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 import jax
 import numpy as np
 
+from jaxdqn._platform import layout_prng
 from jaxdqn.config import DQNConfig
 
 if TYPE_CHECKING:
@@ -133,13 +134,6 @@ def key_impl_name(x: Any) -> str:
     if isinstance(x, jax.Array):
         return str(jax.random.key_impl(x))
     return x.dtype._impl.name  # a ShapeDtypeStruct: jax has no public accessor for its key type
-
-
-def layout_prng(num_devices: int, num_seeds: int | None) -> dict[str, Any]:
-    """The ``make_plan`` keyword for a layout's random stream: one run on one device draws from
-    Philox keys (``plan.plan_key``, the default); inside ``pmap`` Philox does not lower, and a
-    seed must give the same run on any device count, so every other layout keeps threefry keys."""
-    return {} if num_devices == 1 and num_seeds is None else {"prng_impl": None}
 
 
 def layout_keys(seed: int | Sequence[int], num_devices: int, num_seeds: int | None) -> jax.Array:

@@ -45,37 +45,13 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxdqn import buffers, envs, evaluation, exploration, learner, rollout
+from jaxdqn._platform import PRNG_IMPL, plan_key  # noqa: F401 (the plan's random stream; re-exported)
 from jaxdqn.config import DQNConfig
 from jaxdqn.networks import QNetwork, make_network
 from jaxdqn.types import Sample
 
 Array = jax.Array
 MAX_STATIC_STORES = 64  # a replay ratio p / q with q up to this runs as a static schedule
-PRNG_IMPL = "philox4x32"  # the plan's random stream (see ``plan_key``)
-
-
-def plan_key(key: Array, impl: str | None = PRNG_IMPL) -> Array:
-    """The key the plan draws everything from: an ``impl`` key (Philox-4x32 by default) derived
-    from ``key`` (a typed key of any implementation, or a raw ``uint32[2]`` one) by one draw of
-    its 64 bits; ``impl=None`` keeps ``key``.
-
-    Why not JAX's default threefry: on the CPU, XLA lowers every threefry call as a rolled
-    five-trip while loop, and a plan iteration makes about fifteen of them (key splits, epsilon
-    draws, env resets, replay indices); their loop overhead cost about a third of an iteration at
-    PureJaxRL's CartPole settings. Philox-4x32 is a counter-based generator with the same 64-bit
-    keys and real ``split`` / ``fold_in`` semantics, lowered unrolled on every backend, and its
-    streams are the same on every backend and under ``vmap``. A data-parallel plan (``axis_name``
-    set) keeps its key, and so must any plan run inside ``pmap`` (build it with
-    ``prng_impl=None``; ``parallel`` does it for every multi-device or multi-seed layout, so
-    that a seed gives the same run on any device count): jax 0.10 cannot lower Philox's
-    ``mulhi`` under a device axis. The rolled loops are a CPU-only lowering, so accelerators
-    lose nothing there."""
-    if impl is None or (jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
-                        and str(jax.random.key_impl(key)) == impl):
-        return key
-    return jax.random.wrap_key_data(jax.random.bits(key, (2,), jnp.uint32), impl=impl)
-
-
 class Metrics(NamedTuple):
     """On-device counters (RLlib's names), the last ``ring_size`` completed episodes, and the
     counters at the last report (what a report's ``*_this_iter`` values count from)."""

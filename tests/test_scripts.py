@@ -47,3 +47,28 @@ def test_bench_sweep_runs_and_prints_its_rows():
             if line.startswith(("one program", "per-trial", "separate"))}
     assert set(rows) == {"one program", "per-trial programs", "separate runs"}, out
     assert [int(rows[name][-4]) for name in ("one program", "per-trial programs", "separate runs")] == [1, 2, 2], out
+
+
+def test_bench_conv_runs_and_prints_both_networks():
+    out = subprocess.run([sys.executable, "scripts/bench_conv.py", "--repeats", "1"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900, check=True).stdout
+    rows = [line.split("|") for line in out.splitlines() if line.startswith(("| MinAtar", "| Nature"))]
+    assert [r[1].strip() for r in rows] == ["MinAtar (10x10x4)", "Nature DQN (84x84x4)"], out
+    assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows), out
+
+
+def test_bench_minatar_runs_and_prints_its_rows():
+    out = subprocess.run([sys.executable, "scripts/bench_minatar.py", "--timesteps", "200", "--seeds", "2",
+                          "--repeats", "1"], cwd=ROOT, capture_output=True, text=True, timeout=900, check=True).stdout
+    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith(("| floor", "| jaxdqn"))]
+    assert rows == ["floor", "jaxdqn", "jaxdqn x2 seeds"], out
+
+
+def test_minatar_benchmark_script_trains_plots_and_tabulates(tmp_path):
+    env = {**__import__("os").environ, "FRAMES": "200", "SEEDS": "2", "GAMES": "Freeway", "OUT": str(tmp_path / "runs"),
+           "PLOTS": str(tmp_path / "plots")}
+    out = subprocess.run(["bash", "scripts/minatar_benchmark.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=900, check=True).stdout
+    assert (tmp_path / "plots" / "freeway-minatar.png").read_bytes()[:4] == b"\x89PNG"
+    table = [line for line in out.splitlines() if line.startswith("| Freeway")]
+    assert len(table) == 1 and len(table[0].split("|")[3].split(",")) == 2, out  # one final return per seed

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxdqn import _platform
 from jaxdqn.buffers import segment_tree, tree_kernels, uniform_replay
 from jaxdqn.types import PrioritizedState, PyTree, ReplayBuffer, Sample
 
@@ -94,7 +95,7 @@ def draw(trees: Array, mass: Array, beta: Array, *, capacity: int, on_cpu: bool)
     Two compilations of the same arithmetic (bitwise the same results), picked per platform
     when the program is lowered (``lax.platform_dependent``); where the fused CPU kernels are
     built, the CPU runs ``draw_with_kernel`` instead (also bitwise the same). On the CPU: the levels as a
-    rolled loop and the result fenced (``segment_tree.fence``), which keeps XLA:CPU from fusing
+    rolled loop and the result fenced (``_platform.fence``), which keeps XLA:CPU from fusing
     tree reads past the next priority write and copying the trees. On a GPU those two loops
     cost a kernel launch and a host round trip per trip, and the unrolled, unfenced descent
     updates the trees in place there: measured on an H200 (``add`` 10 + ``sample`` 128 +
@@ -104,7 +105,7 @@ def draw(trees: Array, mass: Array, beta: Array, *, capacity: int, on_cpu: bool)
     indices, priorities = segment_tree.find_prefix_sum(trees, mass, capacity=capacity, unroll=not on_cpu)
     weights = (segment_tree.minimum(trees) / priorities) ** beta
     if on_cpu:
-        indices, weights = segment_tree.fence((indices, weights))  # see there: no tree copies
+        indices, weights = _platform.fence((indices, weights))  # see there: no tree copies
     return indices, weights
 
 

@@ -178,30 +178,6 @@ def find_prefix_sum(trees: Array, mass: Array, *, capacity: int, unroll: bool = 
     return node, value
 
 
-def fence(values: tuple[Array, ...]) -> tuple[Array, ...]:
-    """``values`` unchanged, materialized by a one-trip ``while_loop`` that XLA cannot see through.
-
-    Why: XLA updates the trees in place only if every read of their old contents is done before
-    the write. A sample's indices and weights come out of cheap fusions over tree reads, and XLA
-    freely re-computes (fuses) such producers into each consumer: into the next priority
-    update's level loops, or into whatever the caller does with the batch, after the write. It
-    then keeps the old trees alive by copying them every step (measured on the CPU: 8.6 MB per
-    step at capacity 1M, 4x the cost of the whole sample). A loop is never fused, so its outputs
-    are computed once, before anything that uses them. Its trip count depends on the data
-    (``min(values[0][0], 0)``, 0 when the first array holds non-negative indices, as here, but
-    XLA cannot know it) and its body
-    keeps the values only under a condition that never holds, so XLA can neither unroll the loop
-    nor hoist the values out of it.
-    """
-    start = jnp.minimum(values[0].reshape(-1)[0].astype(jnp.int32), 0)
-
-    def body(carry):
-        trip, values = carry
-        return trip + 1, tuple(jnp.where(trip < 0, v + 1, v) for v in values)
-
-    return lax.while_loop(lambda carry: carry[0] < 1, body, (start, tuple(values)))[1]
-
-
 def leaf_values(trees: Array, *, capacity: int) -> Array:
     """The ``[2, capacity]`` leaf rows (priorities, and the same with +inf where unwritten)."""
     leaves = layout(capacity)[-1]
