@@ -31,12 +31,18 @@ WRAPPER_KEYS = ("repeat_action_probability", "full_action_space")
 
 
 class EnvSpec(NamedTuple):
-    """A discrete-action gymnax environment, its parameters and its shapes (static)."""
+    """A discrete-action gymnax environment, its parameters and its shapes (static).
+
+    ``obs_dtype``: the dtype observations are acted on and stored in, where it is not the env's
+    own (None): uint8 for observations of small non-negative integers such as MinAtar's 0/1
+    channels, a quarter of float32's replay memory at the same values (the network computes in
+    float32 either way, so learning is bitwise the same)."""
 
     env: Any
     params: Any
     obs_shape: tuple[int, ...]
     num_actions: int
+    obs_dtype: Any = None
 
 
 class EnvStep(NamedTuple):
@@ -166,7 +172,19 @@ def make_env(env: str | Any, env_params: Mapping[str, Any] | tuple = (), params:
         raise ValueError(f"env {getattr(env, 'name', env)!r} has a {type(space).__name__} action space; "
                          "DQN needs a Discrete one")
     obs_shape = tuple(env.observation_space(params).shape)
-    return EnvSpec(env=env, params=params, obs_shape=obs_shape, num_actions=int(space.n))
+    obs_dtype = jnp.uint8 if name_of(env).endswith("-MinAtar") else None  # 0/1 channels
+    return EnvSpec(env=env, params=params, obs_shape=obs_shape, num_actions=int(space.n), obs_dtype=obs_dtype)
+
+
+def name_of(env: Any) -> str:
+    """A gymnax env's registered name ("" for one without)."""
+    name = getattr(env, "name", "")
+    return name if isinstance(name, str) else ""
+
+
+def stored(spec: EnvSpec, obs: Array) -> Array:
+    """``obs`` in the spec's ``obs_dtype`` (unchanged without one)."""
+    return obs if spec.obs_dtype is None else obs.astype(spec.obs_dtype)
 
 
 def override_params(params: Any, overrides: Mapping[str, Any]) -> Any:
@@ -184,7 +202,8 @@ def override_params(params: Any, overrides: Mapping[str, Any]) -> Any:
 def reset(spec: EnvSpec, key: Array, num_envs: int) -> tuple[Array, Any]:
     """``num_envs`` fresh episodes: ``(obs [E, *obs], env_state)``."""
     keys = jax.random.split(key, num_envs)
-    return jax.vmap(spec.env.reset, in_axes=(0, None))(keys, spec.params)
+    obs, env_state = jax.vmap(spec.env.reset, in_axes=(0, None))(keys, spec.params)
+    return stored(spec, obs), env_state
 
 
 def step(spec: EnvSpec, key: Array, env_state: Any, action: Array) -> tuple[EnvStep, Any]:
@@ -197,8 +216,8 @@ def step(spec: EnvSpec, key: Array, env_state: Any, action: Array) -> tuple[EnvS
     truncated = jnp.logical_and(truncated, jnp.logical_not(terminated))
     return (
         EnvStep(
-            obs=obs,
-            next_obs=info["final_observation"],
+            obs=stored(spec, obs),
+            next_obs=stored(spec, info["final_observation"]),
             reward=reward.astype(jnp.float32),
             terminated=terminated.astype(bool),
             truncated=truncated.astype(bool),

@@ -151,3 +151,40 @@ def test_wrapper_options_are_checked():
         envs.make_env("Breakout-MinAtar", {"full_action_space": "yes"})
     with pytest.raises(ValueError, match=r"full_action_space=True needs .*MinAtar"):
         envs.make_env("CartPole-v1", {"full_action_space": True})
+
+
+def test_minatar_observations_are_stored_as_uint8_with_the_same_values():
+    """MinAtar's 0/1 channels are acted on and stored as uint8 (a quarter of the replay memory);
+    the values are gymnax's own."""
+    import gymnax
+
+    spec = envs.make_env("Breakout-MinAtar")
+    env, params = gymnax.make("Breakout-MinAtar")
+    obs, state = envs.reset(spec, jax.random.key(0), 2)
+    want, _ = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(jax.random.key(0), 2), params)
+    assert obs.dtype == jnp.uint8 and want.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(obs, np.float32), np.asarray(want))
+    out, _ = envs.step(spec, jax.random.key(1), state, jnp.array([1, 2]))
+    assert out.obs.dtype == out.next_obs.dtype == jnp.uint8
+    assert envs.make_env("CartPole-v1").obs_dtype is None
+
+
+def test_uint8_storage_trains_bitwise_as_float32(monkeypatch):
+    """The network computes in float32 either way: the same seed gives the same params whether
+    MinAtar observations are stored as uint8 or as the env's float32."""
+    import dataclasses
+
+    from jaxdqn import DQNConfig
+    from jaxdqn.plan import make_train
+
+    config = DQNConfig(env="Breakout-MinAtar", total_timesteps=64, timesteps_per_iteration=64, learning_starts=32,
+                       buffer_size=256, train_batch_size=8, prioritized_replay=False, hiddens=(16,),
+                       model={"conv_filters": [[4, 3, 1]], "fcnet_hiddens": []})
+    stored_uint8 = jax.jit(make_train(config))(jax.random.key(0))[0]
+    assert stored_uint8.buffer.storage.obs.dtype == jnp.uint8
+    monkeypatch.setattr(envs, "stored", lambda spec, obs: obs)
+    stored_float = jax.jit(make_train(dataclasses.replace(config)))(jax.random.key(0))[0]
+    assert stored_float.buffer.storage.obs.dtype == jnp.float32
+    for a, b in zip(jax.tree_util.tree_leaves(stored_uint8.learner.params),
+                    jax.tree_util.tree_leaves(stored_float.learner.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
