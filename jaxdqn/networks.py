@@ -47,20 +47,23 @@ def default_conv_filters(obs_shape: Sequence[int]) -> tuple[tuple[int, int, int]
     return ((16, 3, 1),)
 
 
-def same_padding(size: int, kernel: int, stride: int) -> tuple[int, tuple[int, int]]:
-    """``"SAME"`` padding of one spatial axis: ``(output size, (pad low, pad high))``, as ``lax``'s."""
+def conv_padding(size: int, kernel: int, stride: int, padding: str) -> tuple[int, tuple[int, int]]:
+    """One spatial axis under ``"SAME"`` or ``"VALID"`` padding: ``(output size, (pad low, pad
+    high))``, as ``lax``'s."""
+    if padding == "VALID":
+        return (size - kernel) // stride + 1, (0, 0)
     out = -(-size // stride)
     total = max((out - 1) * stride + kernel - size, 0)
     return out, (total // 2, total - total // 2)
 
 
-def image_patches(x: Array, kernel: int, stride: int) -> Array:
-    """The ``kernel x kernel`` patches of images ``[..., H, W, C]`` under ``"SAME"`` padding:
-    ``[..., H', W', kernel * kernel * C]``, ordered (row, column, channel) as an ``HWIO`` kernel
-    reshaped to ``[kernel * kernel * C, O]``."""
+def image_patches(x: Array, kernel: int, stride: int, padding: str = "SAME") -> Array:
+    """The ``kernel x kernel`` patches of images ``[..., H, W, C]``: ``[..., H', W', kernel *
+    kernel * C]``, ordered (row, column, channel) as an ``HWIO`` kernel reshaped to
+    ``[kernel * kernel * C, O]``."""
     height, width = x.shape[-3:-1]
-    out_h, pad_h = same_padding(height, kernel, stride)
-    out_w, pad_w = same_padding(width, kernel, stride)
+    out_h, pad_h = conv_padding(height, kernel, stride, padding)
+    out_w, pad_w = conv_padding(width, kernel, stride, padding)
     x = jnp.pad(x, [(0, 0)] * (x.ndim - 3) + [pad_h, pad_w, (0, 0)])
     rows = [lax.slice_in_dim(x, i, i + (out_h - 1) * stride + 1, stride, axis=-3) for i in range(kernel)]
     return jnp.concatenate(
@@ -70,13 +73,15 @@ def image_patches(x: Array, kernel: int, stride: int) -> Array:
 
 
 class Conv(nn.Module):
-    """A square ``"SAME"`` convolution with ``nn.Conv``'s parameters (``kernel [k, k, C, O]``,
-    ``bias [O]``, same initializers), so checkpoints do not depend on how it is computed: as
-    ``lax.conv``, or on XLA:CPU as one matrix product over the patches (``_platform``)."""
+    """A square convolution (``"SAME"`` or ``"VALID"`` padding) with ``nn.Conv``'s parameters
+    (``kernel [k, k, C, O]``, ``bias [O]``, same initializers), so checkpoints do not depend on
+    how it is computed: as ``lax.conv``, or on XLA:CPU as one matrix product over the patches
+    (``_platform``)."""
 
     features: int
     kernel_size: int
     stride: int = 1
+    padding: str = "SAME"
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
@@ -84,9 +89,9 @@ class Conv(nn.Module):
         kernel = self.param("kernel", nn.initializers.lecun_normal(), (k, k, x.shape[-1], self.features))
         bias = self.param("bias", nn.initializers.zeros_init(), (self.features,))
         if _platform.conv_as_matmul():
-            return image_patches(x, k, self.stride) @ kernel.reshape(-1, self.features) + bias
+            return image_patches(x, k, self.stride, self.padding) @ kernel.reshape(-1, self.features) + bias
         lead = x.shape[:-3]
-        y = lax.conv_general_dilated(x.reshape((-1,) + x.shape[-3:]), kernel, (self.stride, self.stride), "SAME",
+        y = lax.conv_general_dilated(x.reshape((-1,) + x.shape[-3:]), kernel, (self.stride, self.stride), self.padding,
                                      dimension_numbers=("NHWC", "HWIO", "NHWC"))
         return y.reshape(lead + y.shape[1:]) + bias
 
@@ -159,8 +164,10 @@ class QNetwork(nn.Module):
         if x.ndim - lead == 3:  # [*lead, H, W, C] images
             filters = self.conv_filters or default_conv_filters(x.shape[-3:])
             act = ACTIVATION_FNS[self.conv_activation]
+            # RLlib's VisionNetwork: "same" padding, but "valid" in the last layer.
             for i, (out, kernel, stride) in enumerate(filters):
-                x = act(Conv(out, kernel, stride, name=f"conv_{i}")(x))
+                padding = "VALID" if i == len(filters) - 1 else "SAME"
+                x = act(Conv(out, kernel, stride, padding, name=f"conv_{i}")(x))
         x = x.reshape(x.shape[:lead] + (-1,))
         act = ACTIVATION_FNS[self.fcnet_activation]
         for i, width in enumerate(self.fcnet_hiddens):

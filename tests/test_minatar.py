@@ -35,11 +35,11 @@ def test_tuned_example_is_the_papers_protocol(game):
     assert (e.initial_epsilon, e.final_epsilon, e.epsilon_timesteps) == (1.0, 0.1, 100_000)
     assert c.td_error_loss_fn == "huber" and c.n_step == 1
     assert not (c.double_q or c.dueling or c.prioritized_replay or c.noisy or c.clip_rewards)
-    # The paper's network: conv 3x3x16 (stride 1) -> relu -> dense 128 -> relu -> dense |A|.
+    # The paper's network: conv 3x3x16 (stride 1, no padding) -> relu -> dense 128 -> relu -> dense |A|.
     net = make_network(c, spec.num_actions)
     obs = jnp.zeros((1,) + spec.obs_shape)
     shapes = jax.tree_util.tree_map(jnp.shape, net.init({"params": jax.random.key(0), "noise": jax.random.key(1)},
                                                           obs)["params"])
-    channels, cells = spec.obs_shape[-1], spec.obs_shape[0] * spec.obs_shape[1]
+    channels, cells = spec.obs_shape[-1], (spec.obs_shape[0] - 2) * (spec.obs_shape[1] - 2)  # 8 x 8
     assert {name: leaf["kernel"] for name, leaf in shapes.items()} == {
         "conv_0": (3, 3, channels, 16), "advantage_hidden_0": (16 * cells, 128), "advantage_out": (128, 6)}

@@ -87,12 +87,16 @@ def test_lstm_carries_state_and_resets_at_episode_starts():
     assert not np.allclose(reset.q[:, 3:], whole.q[:, 3:])
 
 
-def numpy_conv_same(x, kernel, bias, stride):
-    """Plain-numpy "SAME" convolution (cross-correlation, TF/lax padding), the reference."""
+def numpy_conv(x, kernel, bias, stride, padding):
+    """Plain-numpy convolution (cross-correlation; TF/lax "SAME" or "VALID" padding), the reference."""
     k = kernel.shape[0]
     b, h, w, _ = x.shape
-    out_h, out_w = -(-h // stride), -(-w // stride)
-    pad_h, pad_w = max((out_h - 1) * stride + k - h, 0), max((out_w - 1) * stride + k - w, 0)
+    if padding == "VALID":
+        out_h, out_w = (h - k) // stride + 1, (w - k) // stride + 1
+    else:
+        out_h, out_w = -(-h // stride), -(-w // stride)
+    pad_h = max((out_h - 1) * stride + k - h, 0) if padding == "SAME" else 0
+    pad_w = max((out_w - 1) * stride + k - w, 0) if padding == "SAME" else 0
     xp = np.pad(x, ((0, 0), (pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2), (0, 0)))
     y = np.zeros((b, out_h, out_w, kernel.shape[-1]))
     for i in range(out_h):
@@ -103,10 +107,11 @@ def numpy_conv_same(x, kernel, bias, stride):
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(1, 3), st.integers(3, 12), st.integers(3, 12), st.integers(1, 4), st.integers(1, 5),
-       st.integers(1, 3), st.integers(1, 8), st.booleans(), st.integers(0, 2**31 - 1))
+@given(st.integers(1, 3), st.integers(5, 12), st.integers(5, 12), st.integers(1, 4), st.integers(1, 5),
+       st.integers(1, 3), st.integers(1, 8), st.sampled_from(["SAME", "VALID"]), st.booleans(),
+       st.integers(0, 2**31 - 1))
 def test_conv_is_the_same_convolution_on_both_paths(batch, height, width, channels, kernel, stride, features,
-                                                    as_matmul, seed):
+                                                    padding, as_matmul, seed):
     """``Conv`` (patches @ kernel, XLA:CPU's path, or ``lax.conv``) equals a numpy convolution and
     has ``nn.Conv``'s parameters (names, shapes), so a checkpoint loads whichever path made it."""
     import flax.linen as nn
@@ -115,9 +120,9 @@ def test_conv_is_the_same_convolution_on_both_paths(batch, height, width, channe
     from jaxdqn.networks import Conv
 
     x = np.asarray(jax.random.normal(jax.random.key(seed), (batch, height, width, channels)))
-    conv = Conv(features, kernel, stride)
+    conv = Conv(features, kernel, stride, padding)
     params = conv.init(jax.random.key(seed + 1), x)
-    reference = nn.Conv(features, (kernel, kernel), (stride, stride)).init(jax.random.key(seed + 1), x)
+    reference = nn.Conv(features, (kernel, kernel), (stride, stride), padding).init(jax.random.key(seed + 1), x)
     assert jax.tree_util.tree_map(jnp.shape, params) == jax.tree_util.tree_map(jnp.shape, reference)
     p = jax.tree_util.tree_map(np.asarray, params)["params"]
     p["bias"] = np.asarray(jax.random.normal(jax.random.key(seed + 2), p["bias"].shape))
@@ -127,7 +132,8 @@ def test_conv_is_the_same_convolution_on_both_paths(batch, height, width, channe
         y = conv.apply({"params": p}, x)
     finally:
         _platform.conv_as_matmul = original
-    np.testing.assert_allclose(np.asarray(y), numpy_conv_same(x, p["kernel"], p["bias"], stride), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(y), numpy_conv(x, p["kernel"], p["bias"], stride, padding), rtol=1e-4,
+                               atol=1e-4)
 
 
 def test_conv_keeps_leading_axes():
@@ -135,8 +141,21 @@ def test_conv_keeps_leading_axes():
     from jaxdqn.networks import Conv
 
     x = jax.random.normal(jax.random.key(0), (2, 3, 6, 6, 2))
-    conv = Conv(4, 3, 2)
+    conv = Conv(4, 3, 2, "SAME")
     params = conv.init(jax.random.key(1), x)
     y = conv.apply(params, x)
     assert y.shape == (2, 3, 3, 3, 4)
     np.testing.assert_allclose(y[1, 2], conv.apply(params, x[1, 2][None])[0], rtol=1e-6)
+
+
+def test_conv_torso_pads_as_rllibs_vision_network():
+    """RLlib's VisionNetwork: "same" padding in every conv layer but the last, which is "valid":
+    MinAtar's one 3x3 layer gives 8 x 8 x 16 features (the MinAtar paper's 1024), RLlib's 42x42
+    filters end in 1 x 1 x 256."""
+    for obs_shape, filters, features in [((10, 10, 4), ((16, 3, 1),), 8 * 8 * 16),
+                                         ((42, 42, 4), ((16, 4, 2), (32, 4, 2), (256, 11, 1)), 256),
+                                         ((84, 84, 4), ((32, 8, 4), (64, 4, 2), (64, 3, 1)), 9 * 9 * 64)]:
+        net = QNetwork(num_actions=3, fcnet_hiddens=(), conv_filters=filters, hiddens=(), dueling=False)
+        obs = jnp.zeros((1,) + obs_shape)
+        params = net.init(RNGS, obs)["params"]
+        assert params["advantage_out"]["kernel"].shape == (features, 3), obs_shape
