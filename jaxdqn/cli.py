@@ -21,7 +21,7 @@ import sys
 from typing import Any, Mapping, NamedTuple, Sequence
 
 RUN_NAMES = {"dqn": "DQN", "simple_q": "SimpleQ"}  # RLlib's trainable names (Tune's trial folders)
-STOP_KEYS = ("episode_reward_mean", "timesteps_total", "training_iteration")
+STOP_KEYS = ("episode_reward_mean", "timesteps_total", "training_iteration", "time_total_s")
 TUNED = {("dqn", "CartPole-v1"): "cartpole-v1-dqn.yaml", ("simple_q", "CartPole-v1"): "cartpole-v1-simpleq.yaml",
          ("dqn", "Acrobot-v1"): "acrobot-v1-dqn.yaml", ("dqn", "MemoryChain-bsuite"): "memorychain-bsuite-dqn-lstm.yaml",
          ("dqn", "MultiCartPole-v1"): "multicartpole-v1-dqn.yaml",

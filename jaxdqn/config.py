@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 from typing import Any, Literal, Mapping, get_args
 
 import jax
@@ -30,6 +31,20 @@ LOSS_FNS: tuple[str, ...] = get_args(LossFn)
 GRAD_CLIP_MODES: tuple[str, ...] = get_args(GradClipMode)
 REPLAY_MODES: tuple[str, ...] = get_args(ReplayMode)
 OPTIMIZER_TYPES: tuple[str, ...] = get_args(OptimizerType)
+
+
+ATARI_NAME = re.compile(r"^(?:ALE/(?P<v5>[A-Za-z]+)-v5|(?P<v4>[A-Za-z]+)(?:NoFrameskip|Deterministic)-v4"
+                        r"|(?P<ours>[A-Za-z]+)-ALE)$")
+
+
+def atari_game(name: Any) -> str | None:
+    """ALE's ROM id of an Atari env name (``"PongNoFrameskip-v4"``, ``"ALE/Pong-v5"`` or
+    ``"Pong-ALE"`` -> ``"pong"``; ``SpaceInvaders`` -> ``space_invaders``), None for other names."""
+    match = ATARI_NAME.match(name) if isinstance(name, str) else None
+    if match is None:
+        return None
+    game = match.group("v5") or match.group("v4") or match.group("ours")
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", game).lower()
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:

@@ -20,6 +20,9 @@ from flax import struct
 from gymnax.environments import spaces
 from gymnax.wrappers.purerl import GymnaxWrapper
 
+from jaxdqn import atari
+from jaxdqn.types import EnvStep  # noqa: F401 (re-exported: envs.EnvStep)
+
 Array = jax.Array
 
 # Names that are gymnax environments with other parameters.
@@ -43,16 +46,6 @@ class EnvSpec(NamedTuple):
     obs_shape: tuple[int, ...]
     num_actions: int
     obs_dtype: Any = None
-
-
-class EnvStep(NamedTuple):
-    """The outcome of stepping ``E`` environments once; leaves ``[E, ...]``."""
-
-    obs: Array  # observation to act on next (the reset one where an episode ended)
-    next_obs: Array  # the step's true next observation (before any reset)
-    reward: Array  # float32
-    terminated: Array  # bool
-    truncated: Array  # bool
 
 
 @struct.dataclass
@@ -144,7 +137,8 @@ def valid_names() -> list[str]:
     return sorted(names + list(ALIASES))
 
 
-def make_env(env: str | Any, env_params: Mapping[str, Any] | tuple = (), params: Any = None) -> EnvSpec:
+def make_env(env: str | Any, env_params: Mapping[str, Any] | tuple = (), params: Any = None, *,
+             num_envs: int = 1) -> EnvSpec:
     """The ``EnvSpec`` for a gymnax name (``"CartPole-v1"``, ``"Breakout-MinAtar"``, ...) or a
     user's env object with the gymnax API, with ``env_params`` overriding fields of its params.
 
@@ -152,6 +146,9 @@ def make_env(env: str | Any, env_params: Mapping[str, Any] | tuple = (), params:
     space, or an ``env_params`` key the environment does not have.
     """
     overrides = dict(env_params)
+    if atari.is_atari(env):  # a batch of ALE games: ``num_envs`` of them, ALE's own options
+        game = atari.AtariEnv(env, num_envs, overrides)
+        return EnvSpec(env=game, params=None, obs_shape=game.obs_shape, num_actions=game.num_actions)
     options = {key: overrides.pop(key) for key in WRAPPER_KEYS if key in overrides}
     check_wrapper_options(options)
     if isinstance(env, str):
@@ -199,8 +196,17 @@ def override_params(params: Any, overrides: Mapping[str, Any]) -> Any:
     return params.replace(**overrides)
 
 
+def is_batched(spec: EnvSpec) -> bool:
+    """Whether the env is one batch stepped as a whole (``atari.AtariEnv``), not a gymnax env vmapped."""
+    return getattr(spec.env, "batched", False)
+
+
 def reset(spec: EnvSpec, key: Array, num_envs: int) -> tuple[Array, Any]:
     """``num_envs`` fresh episodes: ``(obs [E, *obs], env_state)``."""
+    if is_batched(spec):
+        if num_envs != spec.env.num_envs:
+            raise ValueError(f"this {spec.env.name} env holds {spec.env.num_envs} games, not {num_envs}")
+        return spec.env.reset_all(key)
     keys = jax.random.split(key, num_envs)
     obs, env_state = jax.vmap(spec.env.reset, in_axes=(0, None))(keys, spec.params)
     return stored(spec, obs), env_state
@@ -208,6 +214,8 @@ def reset(spec: EnvSpec, key: Array, num_envs: int) -> tuple[Array, Any]:
 
 def step(spec: EnvSpec, key: Array, env_state: Any, action: Array) -> tuple[EnvStep, Any]:
     """Step every environment once with ``action`` ``[E]`` (ended episodes reset themselves)."""
+    if is_batched(spec):
+        return spec.env.step_all(env_state, action)
     keys = jax.random.split(key, action.shape[0])
     obs, env_state, reward, terminated, truncated, info = jax.vmap(
         spec.env.step, in_axes=(0, 0, 0, None)

@@ -221,10 +221,13 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
     ``seed`` (``config`` is one of them: its static parts build the program). They run as
     ``R = trials x seeds`` vmapped runs (``num_seeds`` None counts as 1), run ``r`` being seed
     ``r % S`` of trial ``r // S``, each reading its trial's values from a ``[R]`` array."""
-    from jaxdqn import sweep
+    from jaxdqn import atari, sweep
 
     num_trials = 1 if trials is None else len(trials)
     runs = num_seeds if trials is None else num_trials * (num_seeds or 1)
+    if runs is not None and atari.is_atari(config.env):
+        raise ValueError(f"env={config.env!r} is one ALE batch of games (its state lives in the emulator), so "
+                         f"seeds and trials cannot be vmapped: run one seed per process (num_seeds=None, no trials)")
     values = {} if trials is None else sweep.trial_values(trials)
     run_values = {k: np.repeat(v, runs // num_trials) for k, v in values.items()}  # [R]
     layout = make_layout(config, runs, num_trials)

@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxdqn import buffers, envs, evaluation, exploration, learner, rollout
+from jaxdqn import atari, buffers, envs, evaluation, exploration, learner, rollout
 from jaxdqn._platform import PRNG_IMPL, plan_key  # noqa: F401 (the plan's random stream; re-exported)
 from jaxdqn.config import DQNConfig
 from jaxdqn.networks import QNetwork, make_network
@@ -374,7 +374,11 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         if per_store_items > capacity:
             raise ValueError(f"buffer_size={config.buffer_size} holds {capacity} sequences of {seq_len} steps per "
                              f"device, fewer than the {per_store_items} that one store step adds; raise buffer_size")
-    spec = envs.make_env(config.env, config.env_params)
+    if atari.is_atari(config.env) and (recurrent or num_replicas > 1):
+        raise ValueError(f"env={config.env!r} is an ALE batch of games: "
+                         + ("model.use_lstm is not supported with it" if recurrent else
+                            "it runs on one device (num_devices=1)"))
+    spec = envs.make_env(config.env, config.env_params, num_envs=num_envs)
     network = make_network(config, spec.num_actions)
     optimizer = learner.make_optimizer(config)
     train_step = learner.make_train_step(config, network, optimizer, axis_name=axis_name)
@@ -388,7 +392,9 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
     beta_points = [(0, config.prioritized_replay_beta),
                    (config.prioritized_replay_beta_annealing_timesteps, config.final_prioritized_replay_beta)]
 
-    view = rollout.make_view(clip_rewards=config.clip_rewards, no_done_at_end=config.no_done_at_end)
+    # RLlib's clip_rewards=None: sign clipping for Atari (its DeepMind preprocessing), none else.
+    clip_rewards = True if config.clip_rewards is None and atari.is_atari(config.env) else config.clip_rewards
+    view = rollout.make_view(clip_rewards=clip_rewards, no_done_at_end=config.no_done_at_end)
     still = not config.explore  # explore=False: no noise either
 
     def policy(params_and_eps, obs, key, memory=None):
@@ -402,11 +408,12 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         return exploration.epsilon_greedy(act_key, out.q[:, 0], eps), state
 
     def fragment(params_and_eps, actor: rollout.ActorState, key: Array):
-        """``(actor, items to store, episodes)`` of one rollout fragment."""
+        """``(actor, items, episodes, mask)`` of one rollout fragment: the items to store where
+        ``mask`` (None: all) is True."""
         if recurrent:
-            return rollout.sequence_fragment(spec, policy, params_and_eps, actor, key, length=length,
-                                             seq_len=seq_len, burn_in=burn_in, gamma=config.gamma,
-                                             zero_init_states=config.zero_init_states, view=view)
+            return (*rollout.sequence_fragment(spec, policy, params_and_eps, actor, key, length=length,
+                                               seq_len=seq_len, burn_in=burn_in, gamma=config.gamma,
+                                               zero_init_states=config.zero_init_states, view=view), None)
         return rollout.fragment(spec, policy, params_and_eps, actor, key, length=length, gamma=config.gamma, n=n,
                                 view=view)
 
@@ -417,10 +424,11 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
 
     def store(state: TrainState, _=None) -> tuple[TrainState, None]:
         key, step_key = jax.random.split(state.key)
-        actor, items, episodes = fragment(behaviour(state), state.actor, step_key)
+        actor, items, episodes, mask = fragment(behaviour(state), state.actor, step_key)
         metrics = record_episodes(state.metrics, episodes)
         metrics = metrics._replace(num_steps_sampled=metrics.num_steps_sampled + schedule.steps_per_store)
-        return state._replace(buffer=buf.add(state.buffer, items), actor=actor, metrics=metrics, key=key), None
+        buffer = buf.add(state.buffer, items) if mask is None else buf.add(state.buffer, items, mask)
+        return state._replace(buffer=buffer, actor=actor, metrics=metrics, key=key), None
 
     def replay(state: TrainState, stats_due: Array | None = None) -> tuple[TrainState, None]:
         """One replay step; the learner statistics in ``metrics.learner`` are this step's unless
@@ -495,7 +503,10 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         """``total_timesteps`` (rounded up to whole chunks); the reports are stacked per chunk."""
         return lax.scan(lambda s, _: chunk(s), init(key), None, length=chunks)
 
-    evaluate = evaluation.make_evaluate(spec, network, config.evaluation_num_episodes,
+    # A batch of ALE games is one stateful object: evaluation plays its own.
+    eval_spec = (envs.make_env(config.env, config.env_params, num_envs=config.evaluation_num_episodes)
+                 if envs.is_batched(spec) else spec)
+    evaluate = evaluation.make_evaluate(eval_spec, network, config.evaluation_num_episodes,
                                         explore=config.evaluation_config.explore)
 
     def act(params: Any, obs: Array, memory: rollout.Memory | None = None) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from jaxdqn.config import (RLLIB_RUN_NAMES, DQNConfig, ExplorationConfig, ModelConfig, _fail, _is_number,
+from jaxdqn.config import (RLLIB_RUN_NAMES, atari_game, DQNConfig, ExplorationConfig, ModelConfig, _fail, _is_number,
                            _unknown, config_class)
 
 # How ``from_rllib`` treats every key of RLlib 1.x's COMMON_CONFIG, DQN / SimpleQ DEFAULT_CONFIG
@@ -38,6 +38,28 @@ IGNORED_KEYS = frozenset({
 IGNORED_MODEL_KEYS = frozenset({"vf_share_layers", "free_log_std", "_time_major", "dim", "grayscale",
                                 "zero_mean", "framestack", "_use_default_native_models",
                                 "_disable_preprocessor_api", "_disable_action_flattening"})
+
+# MODEL_DEFAULTS' preprocessing keys, which steer the ALE's own preprocessing for an Atari env
+# (RLlib's DeepMind wrappers) and are ignored (as RLlib does) for every other env.
+ATARI_MODEL_KEYS = frozenset({"dim", "framestack", "grayscale", "zero_mean"})
+
+
+def _atari_option(key: str, value: Any) -> dict[str, Any]:
+    """The ALE options (``env_params``) of one of RLlib's preprocessing keys for an Atari env."""
+    if key == "dim":
+        if not isinstance(value, int) or isinstance(value, bool) or value < 8:
+            _fail("model.dim", value, "must be an int >= 8 (the frames' side)")
+        return {"img_height": value, "img_width": value}
+    if key == "framestack":
+        if not isinstance(value, bool):
+            _fail("model.framestack", value, "must be a bool")
+        return {"stack_num": 4 if value else 1}
+    if key == "grayscale" and value is not True and value is not False:
+        _fail("model.grayscale", value, "must be a bool")
+    if key == "grayscale" and value is False:
+        _fail("model.grayscale", value, "only grayscale frames are supported (RLlib's DeepMind preprocessing)")
+    return {}  # grayscale True; zero_mean: RLlib's DeepMind preprocessing does not use it
+
 
 # FIXED: keys whose RLlib default is the only behaviour jaxdqn has: accepted at one of the listed
 # values, refused otherwise with the reason (never accepted and silently ignored).
@@ -91,6 +113,8 @@ def map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
     ignored, fixed keys checked, nested sections converted; a ``ValueError`` names any key
     that is unknown or refused."""
     fields = {f.name for f in dataclasses.fields(cls)}
+    atari_options: dict[str, Any] = {}  # model.dim / framestack / grayscale of an Atari env
+    env_config: dict[str, Any] | None = None
     out: dict[str, Any] = {}
     for key, value in config.items():
         key = RENAMED_KEYS.get(key, key)
@@ -108,7 +132,11 @@ def map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "model":
             model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
             model = {}
+            atari_env = atari_game(config.get("env")) is not None
             for k, v in dict(value).items():
+                if atari_env and k in ATARI_MODEL_KEYS:
+                    atari_options.update(_atari_option(k, v))
+                    continue
                 if k in IGNORED_MODEL_KEYS:
                     continue
                 if f"model.{k}" in FIXED_KEYS:
@@ -153,6 +181,7 @@ def map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
                 out["prioritized_replay"] = kinds[kind]
             for k, v in buffer.items():
                 target = {"capacity": "buffer_size", "replay_batch_size": None, "_enable_replay_buffer_api": None,
+                          "min_size_for_sampling": "learning_starts",
                           "learning_starts": "learning_starts", "replay_sequence_length": "replay_sequence_length",
                           "replay_burn_in": "burn_in", "replay_zero_init_states": "zero_init_states"}.get(k, k)
                 if target is None:
@@ -163,7 +192,7 @@ def map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "env":
             out["env"] = value
         elif key == "env_config":
-            out["env_params"] = dict(value or {})
+            env_config = dict(value or {})
         elif key in ("buffer_size",) and isinstance(value, (int, float)) and value < 0:
             continue  # RLlib's DEPRECATED_VALUE sentinel
         elif key in ("prioritized_replay",) and value is not True and value is not False:
@@ -175,6 +204,8 @@ def map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
         else:
             _unknown(key, fields | set(IGNORED_KEYS) | set(FIXED_KEYS) | {"model", "exploration_config", "multiagent",
                                                                           "replay_buffer_config", "env_config"})
+    if env_config is not None or atari_options:
+        out["env_params"] = {**atari_options, **(env_config or {})}
     return out
 
 

@@ -39,7 +39,9 @@ class RawStep(NamedTuple):
     truncated: Array  # bool
     next_obs: Array  # the true successor (gymnax's final observation at an episode's end)
     memory: Any = ()  # recurrent actors: the Memory acted from (before the step); () otherwise
-    acted: Any = ()  # multi-agent actors: the agent still played (the step is a transition); () otherwise
+    # The step is a transition: multi-agent actors, the agent still played; batched (ALE) envs,
+    # the step is not an autoreset one (``envs.EnvStep.valid``). () otherwise (every step is).
+    acted: Any = ()
 
 
 class Memory(NamedTuple):
@@ -113,10 +115,10 @@ def run_steps(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState
         out, env_state = envs.step(spec, env_key, actor.env_state, action)
         done = out.terminated | out.truncated
         ret = actor.episode_return + out.reward
-        length = actor.episode_length + 1
+        length = actor.episode_length + (1 if out.valid is None else out.valid.astype(jnp.int32))
         raw = RawStep(obs=actor.obs, action=action.astype(jnp.int32), reward=out.reward,
                       terminated=out.terminated, truncated=out.truncated, next_obs=out.next_obs,
-                      memory=actor.memory)
+                      memory=actor.memory, acted=() if out.valid is None else out.valid)
         if view is not None:
             raw = view(raw)
         episodes = Episodes(done=done, episode_return=ret, episode_length=length)
@@ -159,9 +161,11 @@ def init(spec: envs.EnvSpec, key: Array, num_envs: int, n_step: int, *,
     memory: Any = ()
     if recurrent_state is not None:
         memory = Memory(state=recurrent_state, first=jnp.ones((num_envs,), bool))
+    pending = init_pending(obs, num_envs, n_step, memory)
+    if envs.is_batched(spec):  # steps carry their validity (``RawStep.acted``)
+        pending = pending._replace(acted=jnp.zeros((n_step - 1, num_envs), bool))
     return ActorState(env_state=env_state, obs=obs, episode_return=jnp.zeros((num_envs,), jnp.float32),
-                      episode_length=jnp.zeros((num_envs,), jnp.int32),
-                      pending=init_pending(obs, num_envs, n_step, memory), memory=memory)
+                      episode_length=jnp.zeros((num_envs,), jnp.int32), pending=pending, memory=memory)
 
 
 def prime(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array,
@@ -200,12 +204,15 @@ def extend_window(pending: RawStep, raw: RawStep) -> tuple[RawStep, RawStep]:
 
 def fragment(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array, *,
              length: int, gamma: float, n: int, view: View | None = None
-             ) -> tuple[ActorState, Transition, Episodes]:
-    """Run ``length`` steps per env; return ``length * E`` n-step transitions and the episodes."""
+             ) -> tuple[ActorState, Transition, Episodes, Array | None]:
+    """Run ``length`` steps per env; return ``length * E`` n-step transitions, the episodes, and
+    which transitions to store ``[length * E]`` (None: all; a batched env's autoreset steps are
+    none: an n-step window that starts at a valid step ends at the episode's end before them)."""
     actor, raw, episodes = run_steps(spec, policy, params, actor, key, length, view)
     window, pending = extend_window(actor.pending, raw)
     transitions = n_step_transitions(window, count=length, gamma=gamma, n=n)
-    return actor._replace(pending=pending), transitions, episodes
+    mask = None if isinstance(window.acted, tuple) else window.acted[:length].reshape(-1)
+    return actor._replace(pending=pending), transitions, episodes, mask
 
 
 def sequence_fragment(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array, *,

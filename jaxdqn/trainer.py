@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxdqn
-from jaxdqn import checkpoint, exploration, parallel, sweep
+from jaxdqn import checkpoint, envs, exploration, parallel, rollout, sweep
 from jaxdqn.config import DQNConfig, algo_of, from_dict, to_dict
 from jaxdqn.plan import BatchHook
 from jaxdqn.rollout import Memory
@@ -463,6 +463,13 @@ class Trainer:
             self._state = self.state._replace(learner=self.runner.to_device(state.learner))
             return
         self._state = self.runner.to_device(state)
+        if envs.is_batched(self.plan.spec):
+            # The emulator's games are not in a checkpoint: new episodes, and the n-step
+            # look-ahead marked as no transitions (``rollout.init``), so nothing spans the cut.
+            spec, config = self.plan.spec, self.config
+            key = jax.random.fold_in(self._state.key, self.iteration)
+            actor = jax.jit(lambda k: rollout.init(spec, k, config.num_envs, config.n_step))(key)
+            self._state = self._state._replace(actor=actor)
         self.iteration = int(meta["iteration"])
         self.time_total_s = float(meta["time_total_s"])
         self.evaluations = int(meta.get("evaluations", 0))

@@ -90,3 +90,14 @@ class ReplayBuffer(NamedTuple):
     add: Any
     sample: Any
     update: Any
+
+
+class EnvStep(NamedTuple):
+    """The outcome of stepping ``E`` environments once; leaves ``[E, ...]``."""
+
+    obs: Array  # observation to act on next (the reset one where an episode ended)
+    next_obs: Array  # the step's true next observation (before any reset)
+    reward: Array  # float32
+    terminated: Array  # bool
+    truncated: Array  # bool
+    valid: Array | None = None  # bool: the step is a transition (batched envs' autoreset steps are not)

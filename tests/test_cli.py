@@ -206,3 +206,11 @@ def test_train_runs_the_multi_agent_tuned_example_with_per_policy_results(tmp_pa
     with open(tmp_path / "progress.csv", newline="") as f:
         row = list(csv.DictReader(f))[-1]
     assert float(row["policy_reward_mean/p1"]) == pytest.approx(result["policy_reward_mean"]["p1"])
+
+
+def test_stop_on_time_total_s_as_rllib():
+    """RLlib's stop keys are lower bounds on the result: ``time_total_s`` too (pong-dqn.yaml's)."""
+    results = [{"time_total_s": 7.5, "timesteps_total": 100, "episode_reward_mean": 1.0, "training_iteration": 2},
+               {"time_total_s": 9.0, "timesteps_total": 100, "episode_reward_mean": 3.0, "training_iteration": 2}]
+    assert cli.should_stop(results, {"time_total_s": 7, "timesteps_total": 1000}) == "time_total_s >= 7"
+    assert cli.should_stop(results, {"time_total_s": 8, "timesteps_total": 1000}) is None  # every seed must meet it

@@ -44,9 +44,9 @@ def test_fragments_give_the_exact_n_step_transitions(env_params, action):
     primed, _ = rollout.prime(spec, constant_policy, action, actor, keys[0])
     state, got = primed, []
     for i in range(fragments):
-        state, transitions, _ = rollout.fragment(spec, constant_policy, action, state, keys[i + 1],
-                                                 length=length, gamma=GAMMA, n=n)
-        assert transitions.reward.shape == (length * num_envs,)
+        state, transitions, _, mask = rollout.fragment(spec, constant_policy, action, state, keys[i + 1],
+                                                       length=length, gamma=GAMMA, n=n)
+        assert transitions.reward.shape == (length * num_envs,) and mask is None  # a gymnax env: all stored
         got.append(jax.tree_util.tree_map(lambda x: x.reshape((length, num_envs) + x.shape[1:]), transitions))
     got = jax.tree_util.tree_map(lambda *x: np.concatenate(x), *got)  # [T, E, ...]
     # The same raw trajectory, replayed with the same keys in one piece.

@@ -72,3 +72,10 @@ def test_minatar_benchmark_script_trains_plots_and_tabulates(tmp_path):
     assert (tmp_path / "plots" / "freeway-minatar.png").read_bytes()[:4] == b"\x89PNG"
     table = [line for line in out.splitlines() if line.startswith("| Freeway")]
     assert len(table) == 1 and len(table[0].split("|")[3].split(",")) == 2, out  # one final return per seed
+
+
+def test_bench_atari_runs_and_prints_its_rows():
+    out = subprocess.run([sys.executable, "scripts/bench_atari.py", "--envs", "1", "--steps", "200", "--iterations", "1"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900, check=True).stdout
+    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith(("| ALE", "| DQN"))]
+    assert rows == ["ALE only", "DQN (pong-dqn.yaml)"], out

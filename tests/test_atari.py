@@ -1,0 +1,101 @@
+"""Atari through ale-py's XLA vector env: names, next-step autoreset (the reset step is no
+transition), the Trainer storing only real transitions, evaluation, checkpoints, refusals and
+RLlib's pong-dqn.yaml unchanged."""
+
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxdqn import DQNConfig, Trainer, atari, buffers, cli, envs
+from jaxdqn.config import atari_game
+
+DATA = pathlib.Path(__file__).parent / "data" / "rllib"
+SMALL = dict(env="PongNoFrameskip-v4", env_params={"img_height": 42, "img_width": 42}, num_envs_per_worker=2,
+             rollout_fragment_length=4, train_batch_size=16, prioritized_replay=False, n_step=1,
+             buffer_size=20_000, learning_starts=500, timesteps_per_iteration=1000, hiddens=(32,), dueling=False,
+             model={"conv_filters": [[8, 4, 2], [16, 4, 2], [32, 11, 1]], "fcnet_hiddens": []},
+             evaluation_num_episodes=2)
+
+
+@pytest.mark.parametrize("name, game", [("PongNoFrameskip-v4", "pong"), ("BreakoutDeterministic-v4", "breakout"),
+                                        ("ALE/SpaceInvaders-v5", "space_invaders"), ("Qbert-ALE", "qbert"),
+                                        ("CartPole-v1", None), ("Breakout-MinAtar", None), ("Pong-v4", None)])
+def test_atari_names(name, game):
+    assert atari_game(name) == game
+    if game is not None:  # -v5 is sticky, as gym's ALE/...-v5 (Machado et al.)
+        assert atari.default_options(name)["repeat_action_probability"] == (0.25 if name.startswith("ALE/") else 0.0)
+
+
+def test_the_step_after_an_episode_end_is_marked_as_no_transition():
+    """ALE's next-step autoreset: the step after ``terminated`` ignores the action and starts the
+    next episode (reward 0, not done); ``valid`` is False exactly there."""
+    spec = envs.make_env("PongNoFrameskip-v4", {"img_height": 42, "img_width": 42}, num_envs=2)
+    assert spec.obs_shape == (42, 42, 4) and spec.num_actions == 6
+    obs, state = envs.reset(spec, jax.random.key(0), 2)
+    assert obs.shape == (2, 42, 42, 4) and obs.dtype == jnp.uint8
+
+    def body(state, key):
+        out, state = envs.step(spec, key, state, jax.random.randint(key, (2,), 0, 6))
+        return state, (out.reward, out.terminated | out.truncated, out.valid)
+
+    _, (reward, done, valid) = jax.lax.scan(body, state, jax.random.split(jax.random.key(1), 1500))
+    reward, done, valid = map(np.asarray, (reward, done, valid))
+    assert done.sum() >= 2, "random Pong ends an episode within 1500 steps"
+    after_end = np.zeros_like(done)
+    after_end[1:] = done[:-1]
+    np.testing.assert_array_equal(valid, ~after_end)
+    assert np.all(reward[after_end] == 0) and not np.any(done[after_end])
+    assert set(np.unique(reward[valid])) <= {-1.0, 0.0, 1.0}
+
+
+def test_trainer_stores_only_real_transitions_and_scores_whole_episodes(tmp_path):
+    trainer = Trainer(DQNConfig(**SMALL))
+    for _ in range(2):
+        result = trainer.train()
+    state = trainer.state
+    sampled = int(state.metrics.num_steps_sampled)
+    ended = int(state.metrics.episodes_total)
+    pending = int(jnp.sum(state.actor.env_state.ended))  # episodes whose reset step is still to come
+    assert ended >= 1, result
+    # Every env step is one transition (n_step 1), except the reset step after each episode end.
+    assert int(buffers.size(state.buffer)) == sampled - (ended - pending)
+    # Pong scores: -21..21 per game, unclipped (clipping applies to what is stored).
+    assert -21 <= result["episode_reward_mean"] <= 21 and result["episode_len_mean"] > 100
+    assert float(jnp.max(jnp.abs(state.buffer.storage.reward))) <= 1.0
+    evaluation = trainer.evaluate()["evaluation"]
+    assert evaluation["episodes_this_iter"] == 2 and -21 <= evaluation["episode_reward_mean"] <= 21
+    path = trainer.save(tmp_path / "ckpt")
+    restored = Trainer(DQNConfig(**SMALL))
+    restored.restore(path)
+    assert int(restored.state.metrics.num_steps_sampled) == sampled
+    assert not bool(jnp.any(restored.state.actor.pending.acted))  # the look-ahead spans no cut
+    after = restored.train()
+    assert after["timesteps_total"] > sampled
+
+
+def test_what_an_ale_batch_cannot_do_is_refused():
+    with pytest.raises(ValueError, match="one ALE batch of games.*one seed per process"):
+        Trainer(DQNConfig(**SMALL), num_seeds=2)
+    with pytest.raises(ValueError, match="model.use_lstm is not supported"):
+        Trainer(DQNConfig(**{**SMALL, "model": {"use_lstm": True}}))
+    with pytest.raises(ValueError, match=r"\['frame_skip'\] are not ALE options; valid: .*frameskip"):
+        envs.make_env("PongNoFrameskip-v4", {"frame_skip": 4})
+    with pytest.raises(ValueError, match="ALE has no game 'no_such_game'"):
+        envs.make_env("NoSuchGameNoFrameskip-v4")
+
+
+@pytest.mark.slow  # its 10k warm-up steps take a minute on 2 cores
+def test_rllib_pong_dqn_yaml_runs_unchanged(tmp_path):
+    """RLlib's pong-dqn.yaml (PongDeterministic-v4, 42x42 frames, prioritized replay, its stop
+    block with time_total_s) through ``jaxdqn train --config``."""
+    assert cli.main(["train", "--config", str(DATA / "pong-dqn.yaml"), "--timesteps", "500", "--out", str(tmp_path),
+                     "--quiet"]) == 0
+    params = json.loads((tmp_path / "params.json").read_text())
+    assert params["env"] == "PongDeterministic-v4" and params["env_params"] == {"img_height": 42, "img_width": 42}
+    assert params["learning_starts"] == 10_000 and params["buffer_size"] == 50_000 and params["prioritized_replay"]
+    result = json.loads((tmp_path / "result.json").read_text().splitlines()[-1])
+    assert result["timesteps_total"] >= 10_500
