@@ -47,7 +47,7 @@ from jax import lax
 from jaxdqn import atari, buffers, envs, evaluation, exploration, learner, rollout
 from jaxdqn._platform import PRNG_IMPL, plan_key  # noqa: F401 (the plan's random stream; re-exported)
 from jaxdqn.config import DQNConfig
-from jaxdqn.networks import QNetwork, make_network
+from jaxdqn.networks import make_network
 from jaxdqn.types import Sample
 
 Array = jax.Array

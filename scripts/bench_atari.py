@@ -20,7 +20,6 @@ import statistics
 import time
 
 import jax
-import jax.numpy as jnp
 
 from jaxdqn import cli, envs
 from jaxdqn.config import from_dict
