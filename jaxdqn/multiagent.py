@@ -1,28 +1,27 @@
-"""Multi-agent DQN: RLlib's multi-agent execution plan (independent or lockstep replay) in one scan.
+"""Multi-agent DQN: how RLlib's multi-agent DQN plays and stores (independent or lockstep replay).
 
-``make_plan(config)`` is ``plan.make_plan`` for a multi-agent environment
-(``multi_agent_envs``): the same ``Plan`` of pure pieces, so the ``Runner`` (``vmap`` over
-seeds, ``pmap`` over devices), the ``Trainer``, checkpoints and the command work unchanged.
+``make_acting(config, ...)`` is the ``acting.Acting`` of a multi-agent environment
+(``multi_agent_envs``); ``plan.make_plan`` runs it in the same execution plan as a single agent
+(whose one policy is ``default_policy``), so the ``Runner`` (``vmap`` over seeds, ``pmap`` over
+devices), the ``Trainer``, checkpoints and the command are the same for both.
 
-- ``config.multiagent.policies`` are independent learners: one ``LearnerState`` per policy, the
-  train state's ``learner`` is a dict policy id -> ``LearnerState`` (each policy may override
-  ``config.POLICY_KEYS`` such as ``lr`` or ``model``). ``policy_mapping_fn`` maps every agent to
-  a policy once, statically; agents of one policy share its network and its replay.
+- ``config.multiagent.policies`` are independent learners: one ``LearnerState`` per policy in
+  the train state's ``learner`` dict (each policy may override ``config.POLICY_KEYS`` such as
+  ``lr`` or ``model``). ``policy_mapping_fn`` maps every agent to a policy once, statically;
+  agents of one policy share its network and its replay.
 - Store: each env step, every agent acts with its policy (epsilon-greedy on the shared schedule);
   each agent's steps become n-step transitions exactly as for one agent (``rollout``). With the
   env's ``done_when="all"`` (RLlib's), the steps of an agent that has finished its episode while
   others play on are not stored (a masked ``add``).
-- ``replay_mode="independent"``: one buffer per policy (a dict pytree, all in the same scan) that
-  receives the transitions of its agents; each replay step, every policy in
-  ``policies_to_train`` samples its own ``train_batch_size`` batch, takes an SGD step and writes
-  its priorities back.
-- ``replay_mode="lockstep"``: one uniform buffer of joint steps (a dict agent -> transition per
-  item); a replay step samples ``train_batch_size`` joint steps and each policy trains on its
-  agents' transitions at those steps (RLlib refuses prioritized replay here, and so do we).
-- Target networks sync per policy on the sampled env-step rule; the counters count env steps.
-- Reports: RLlib's joint ``episode_reward_mean`` (sum over agents), ``policy_reward_mean/<pid>``
-  (``/min``, ``/max``: one entry per agent episode, as RLlib's ``policy_reward_*``) and
-  per-policy learner stats ``learner/<pid>/<stat>``.
+- ``replay_mode="independent"``: one buffer per policy that receives the transitions of its
+  agents; each replay step, every policy in ``policies_to_train`` samples its own
+  ``train_batch_size`` batch, takes an SGD step and writes its priorities back.
+- ``replay_mode="lockstep"``: one uniform buffer (id ``LOCKSTEP``) of joint steps (a dict agent
+  -> transition per item); a replay step samples ``train_batch_size`` joint steps and each policy
+  trains on its agents' transitions at those steps (RLlib refuses prioritized replay here, and
+  so do we).
+- Reports: RLlib's joint ``episode_reward_mean`` (sum over agents) and ``policy_reward_mean/<pid>``
+  (``/min``, ``/max``: one entry per agent episode, as RLlib's ``policy_reward_*``).
 """
 
 from __future__ import annotations
@@ -34,12 +33,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxdqn import buffers, evaluation, exploration, learner, multi_agent_envs, plan, rollout
+from jaxdqn import acting, evaluation, exploration, multi_agent_envs, rollout
 from jaxdqn.config import DQNConfig, ModelConfig, MultiAgentConfig
 from jaxdqn.networks import make_network
 from jaxdqn.types import Sample
 
 Array = jax.Array
+LOCKSTEP = "lockstep"  # the id of lockstep replay's one joint buffer
 
 
 class MultiAgentActor(NamedTuple):
@@ -49,34 +49,6 @@ class MultiAgentActor(NamedTuple):
     agent_return: dict[str, Array]  # agent -> [E] float32
     episode_length: Array  # [E] int32
     pending: dict[str, rollout.RawStep]  # agent -> leaves [n - 1, E, ...] (see rollout)
-
-
-class Ring(NamedTuple):
-    """The last completed episode returns of one policy's agents (``plan.record_episodes`` fills it)."""
-
-    returns: Array  # [ring] float32
-    lengths: Array  # [ring] int32
-    ring_pos: Array  # [] int32
-    episodes_total: Array  # [] int32, agent episodes
-
-
-class MultiAgentMetrics(NamedTuple):
-    """``plan.Metrics`` (joint episodes, counters) plus a ring per policy; ``learner`` is a dict
-    policy id -> ``LearnInfo`` of its last SGD step."""
-
-    returns: Array
-    lengths: Array
-    ring_pos: Array
-    episodes_total: Array
-    num_steps_sampled: Array
-    num_steps_trained: Array
-    num_target_updates: Array
-    last_target_update_ts: Array
-    learner: dict[str, learner.LearnInfo]
-    episodes_at_report: Array
-    sampled_at_report: Array
-    trained_at_report: Array
-    policies: dict[str, Ring]
 
 
 def is_multi_agent_config(config: DQNConfig) -> bool:
@@ -92,15 +64,10 @@ def policy_config(config: DQNConfig, overrides: tuple[tuple[str, Any], ...]) -> 
     return dataclasses.replace(config, multiagent=None, **changes)
 
 
-def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None = None,
-              axis_name: str | None = None, num_replicas: int = 1,
-              prng_impl: str | None = plan.PRNG_IMPL) -> plan.Plan:
-    """The multi-agent ``Plan`` for ``config`` (see the module docstring); refusals name the key.
-    ``init`` draws from ``plan.plan_key(key, prng_impl)``."""
+def make_acting(config: DQNConfig, *, num_envs: int, buffer_size: int) -> acting.Acting:
+    """The ``Acting`` of a multi-agent env with ``num_envs`` envs and buffers of ``buffer_size``
+    items (per replica); see the module docstring. Refusals name the key."""
     multi = config.multiagent or MultiAgentConfig()
-    if num_replicas > 1 and axis_name is None:
-        raise ValueError(f"num_replicas={num_replicas} needs the axis_name of the device axis")
-    num_envs, buffer_size, batch_size = plan.split_totals(config, num_replicas)
     spec = multi_agent_envs.make_multi_agent_env(config.env, config.env_params)
     mapping = multi.policy_of(spec.agents)
     pids = multi.policy_ids
@@ -113,7 +80,6 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
         if len(shapes) > 1:
             raise ValueError(f"multiagent.policy_mapping_fn maps agents {list(agents)} with different observation "
                              f"or action spaces to policy {pid!r}; one policy needs one network shape")
-    trainable = tuple(multi.policies_to_train or pids)
     lockstep = multi.replay_mode == "lockstep"
     every_step_acts = spec.done_when == "any"  # "all": finished agents skip steps until the joint end
     if lockstep and not every_step_acts:
@@ -122,29 +88,14 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
                          "with done_when='all' (RLlib's make_multi_agent) use replay_mode='independent'")
     configs = {pid: policy_config(config, overrides) for pid, overrides in multi.policies}
     networks = {pid: make_network(configs[pid], spec.num_actions[groups[pid][0]]) for pid in pids}
-    optimizers = {pid: learner.make_optimizer(configs[pid]) for pid in pids}
-    train_steps = {pid: learner.make_train_step(configs[pid], networks[pid], optimizers[pid], axis_name=axis_name)
-                   for pid in pids}
     per_store = {pid: config.rollout_fragment_length * num_envs * (1 if lockstep else len(groups[pid])) for pid in pids}
     if max(per_store.values()) > buffer_size:
         raise ValueError(f"buffer_size={config.buffer_size} holds fewer items per device than one store step adds "
                          f"({max(per_store.values())}); raise buffer_size")
-
-    def make_buffer(capacity: int) -> buffers.ReplayBuffer:
-        if config.prioritized_replay:
-            return buffers.prioritized(capacity, alpha=config.prioritized_replay_alpha, eps=config.prioritized_replay_eps)
-        return buffers.uniform(capacity)
-
-    buf = make_buffer(buffer_size)  # one per policy (independent), or the joint one (lockstep)
-    schedule = plan.make_schedule(config)
     n, length = config.n_step, config.rollout_fragment_length
-    beta_points = [(0, config.prioritized_replay_beta),
-                   (config.prioritized_replay_beta_annealing_timesteps, config.final_prioritized_replay_beta)]
-    gather = plan.gatherer(axis_name)
-
     view = rollout.make_view(clip_rewards=config.clip_rewards, no_done_at_end=config.no_done_at_end)
 
-    def act(params: dict[str, Any], obs: dict[str, Array], eps: Array, key: Array) -> dict[str, Array]:
+    def behaviour_actions(params: dict[str, Any], obs: dict[str, Array], eps: Array, key: Array) -> dict[str, Array]:
         """Every agent's behaviour action ``[E]``: its policy's network on its observation."""
         actions = {}
         for agent, k in zip(spec.agents, jax.random.split(key, len(spec.agents))):
@@ -155,13 +106,10 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
             actions[agent] = exploration.epsilon_greedy(act_key, q, eps)
         return actions
 
-    def run_steps(state_learner: dict[str, learner.LearnerState], eps: Array, actor: MultiAgentActor,
-                  key: Array, num_steps: int):
-        params = {pid: ls.params for pid, ls in state_learner.items()}
-
+    def run_steps(params: dict[str, Any], eps: Array, actor: MultiAgentActor, key: Array, num_steps: int):
         def body(actor: MultiAgentActor, key: Array):
             act_key, env_key = jax.random.split(key)
-            actions = act(params, actor.obs, eps, act_key)
+            actions = behaviour_actions(params, actor.obs, eps, act_key)
             out, env_state = multi_agent_envs.step(spec, env_key, actor.env_state, actions)
             done = out.done  # the joint episode ended: every agent resets
             agent_return = {a: actor.agent_return[a] + out.reward[a] for a in spec.agents}
@@ -179,157 +127,74 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: plan.BatchHook | None
                 episode_length=jnp.where(done, 0, length_))
             return actor, (raw, episodes, agent_return)
 
-        return lax.scan(body, actor, jax.random.split(key, num_steps))
+        actor, (raw, episodes, agent_return) = lax.scan(body, actor, jax.random.split(key, num_steps))
+        return actor, raw, episodes, policy_episodes(episodes, agent_return)
 
-    def record(metrics: MultiAgentMetrics, episodes: rollout.Episodes, agent_return: dict[str, Array]):
-        metrics = plan.record_episodes(metrics, episodes)
-        rings = {}
-        for pid in pids:  # one entry per agent episode: [T, E, k] in time-major order
-            stack = lambda x: jnp.stack(x, axis=-1)  # noqa: E731
-            rings[pid] = plan.record_episodes(metrics.policies[pid], rollout.Episodes(
-                done=stack([episodes.done] * len(groups[pid])),
-                episode_return=stack([agent_return[a] for a in groups[pid]]),
-                episode_length=stack([episodes.episode_length] * len(groups[pid]))))
-        return metrics._replace(policies=rings)
+    def policy_episodes(episodes: rollout.Episodes, agent_return: dict[str, Array]) -> dict[str, rollout.Episodes]:
+        """One entry per agent episode of each policy: ``[T, E, k]`` in time-major order."""
+        stack = lambda x: jnp.stack(x, axis=-1)  # noqa: E731
+        return {pid: rollout.Episodes(done=stack([episodes.done] * len(groups[pid])),
+                                      episode_return=stack([agent_return[a] for a in groups[pid]]),
+                                      episode_length=stack([episodes.episode_length] * len(groups[pid])))
+                for pid in pids}
 
-    def epsilon(state: plan.TrainState) -> Array:
-        return exploration.behaviour_epsilon(config.exploration_config, state.metrics.num_steps_sampled,
-                                             explore=config.explore)
-
-    def store(state: plan.TrainState, _=None) -> tuple[plan.TrainState, None]:
-        key, step_key = jax.random.split(state.key)
-        actor, (raw, episodes, agent_return) = run_steps(state.learner, epsilon(state), state.actor, step_key, length)
+    def fragment(params, eps, actor: MultiAgentActor, key: Array):
+        actor, raw, episodes, per_policy = run_steps(params, eps, actor, key, length)
         transitions, pending, acted = {}, {}, {}
         for a in spec.agents:
             window, pending[a] = rollout.extend_window(actor.pending[a], raw[a])
             transitions[a] = rollout.n_step_transitions(window, count=length, gamma=configs[mapping[a]].gamma, n=n)
             acted[a] = window.acted[:length].reshape(-1)  # [length * E], the transitions' order
         if lockstep:
-            buffer = buf.add(state.buffer, transitions)
+            stored = {LOCKSTEP: (transitions, None)}
         else:  # with done_when="all", the steps of agents that had finished are not stored
             concat = lambda *x: jnp.concatenate(x)  # noqa: E731
-            buffer = {pid: buf.add(state.buffer[pid],
-                                   jax.tree_util.tree_map(concat, *[transitions[a] for a in groups[pid]]),
-                                   None if every_step_acts else concat(*[acted[a] for a in groups[pid]]))
+            stored = {pid: (jax.tree_util.tree_map(concat, *[transitions[a] for a in groups[pid]]),
+                            None if every_step_acts else concat(*[acted[a] for a in groups[pid]]))
                       for pid in pids}
-        metrics = record(state.metrics, episodes, agent_return)
-        metrics = metrics._replace(num_steps_sampled=metrics.num_steps_sampled + schedule.steps_per_store)
-        return state._replace(buffer=buffer, actor=actor._replace(pending=pending), metrics=metrics, key=key), None
+        return actor._replace(pending=pending), stored, episodes, per_policy
 
-    def replay(state: plan.TrainState, stats_due: Array | None = None) -> tuple[plan.TrainState, None]:
-        """One replay step of every trainable policy; ``stats_due`` as in ``plan.make_plan``."""
-        key, lockstep_key, *policy_keys = jax.random.split(state.key, 2 + len(trainable))
-        sampled = state.metrics.num_steps_sampled
-        beta = exploration.piecewise_linear(beta_points, sampled)
-        learners, infos, buffer = dict(state.learner), dict(state.metrics.learner), state.buffer
-        if lockstep:
-            joint = buf.sample(buffer, lockstep_key, batch_size, beta)
-        else:
-            buffer = dict(buffer)
-        synced_any = jnp.zeros((), bool)
-        for pid, k in zip(trainable, policy_keys):
-            sample_key, hook_key, train_key = jax.random.split(k, 3)
-            if lockstep:  # this policy's agents at the sampled joint steps: [B * k]
-                items = jax.tree_util.tree_map(lambda *x: jnp.concatenate(x), *[joint.items[a] for a in groups[pid]])
-                count = len(groups[pid])
-                sample = Sample(items=items, indices=jnp.tile(joint.indices, count), weights=jnp.tile(joint.weights, count))
-            else:
-                sample = buf.sample(buffer[pid], sample_key, batch_size, beta)
-            if before_learn_on_batch is not None:
-                sample = before_learn_on_batch(sample, hook_key)
-            learners[pid], info = train_steps[pid](learners[pid], sample, env_steps=sampled, key=train_key,
-                                                   stats_due=stats_due, last_info=infos[pid])
-            if not lockstep:
-                buffer[pid] = buf.update(buffer[pid], sample.indices, info.td_error)
-            learners[pid], synced = learner.sync_target(
-                learners[pid], sampled, target_network_update_freq=configs[pid].target_network_update_freq,
-                tau=configs[pid].tau)
-            synced_any = synced_any | synced
-            infos[pid] = info._replace(td_error=jnp.zeros((0,), jnp.float32))
-        m = state.metrics
-        metrics = m._replace(
-            num_steps_trained=m.num_steps_trained + plan.replayed_steps(config),
-            num_target_updates=m.num_target_updates + synced_any.astype(jnp.int32),
-            last_target_update_ts=jnp.max(jnp.stack([learners[pid].last_target_update for pid in trainable])),
-            learner=infos,
-        )
-        return state._replace(learner=learners, buffer=buffer, metrics=metrics, key=key), None
+    def prime(params, eps, actor: MultiAgentActor, key: Array):
+        actor, raw, episodes, per_policy = run_steps(params, eps, actor, key, n - 1)
+        return actor._replace(pending=raw), episodes, per_policy
 
-    iteration, run_chunk = plan.make_iteration(schedule, store, replay)
-
-    def init(key: Array) -> plan.TrainState:
-        """Fresh learners, empty buffers, primed actors, then the warm-up stores."""
-        key = plan.plan_key(key, prng_impl if axis_name is None else None)
-        learner_key, key = jax.random.split(key)  # the networks: the same on every replica
-        if axis_name is not None:
-            key = jax.random.fold_in(key, lax.axis_index(axis_name))
-        env_key, prime_key, key = jax.random.split(key, 3)
-        obs, env_state = multi_agent_envs.reset(spec, env_key, num_envs)
+    def init(key: Array) -> MultiAgentActor:
+        obs, env_state = multi_agent_envs.reset(spec, key, num_envs)
         pending = {a: rollout.init_pending(obs[a], num_envs, n)._replace(acted=jnp.zeros((n - 1, num_envs), bool))
                    for a in spec.agents}
         zeros = jnp.zeros((num_envs,), jnp.float32)
-        actor = MultiAgentActor(env_state=env_state, obs=obs, episode_return=zeros,
-                                agent_return={a: zeros for a in spec.agents},
-                                episode_length=jnp.zeros((num_envs,), jnp.int32), pending=pending)
-        learners = {pid: learner.init(networks[pid], optimizers[pid], k, obs[groups[pid][0]])
-                    for pid, k in zip(pids, jax.random.split(learner_key, len(pids)))}
-        zero = lambda: jnp.zeros((), jnp.int32)  # noqa: E731
-        info = learner.empty_info()
-        size = plan.ring_size(config, schedule, num_replicas)
-        ring = lambda k=1: Ring(returns=jnp.zeros((size * k,), jnp.float32),  # noqa: E731
-                                lengths=jnp.zeros((size * k,), jnp.int32), ring_pos=zero(), episodes_total=zero())
-        joint_ring = ring()
-        metrics = MultiAgentMetrics(**joint_ring._asdict(), num_steps_sampled=zero(), num_steps_trained=zero(),
-                                    num_target_updates=zero(), last_target_update_ts=zero(),
-                                    learner={pid: info for pid in trainable}, **plan.report_markers(),
-                                    policies={pid: ring(len(groups[pid])) for pid in pids})
+        return MultiAgentActor(env_state=env_state, obs=obs, episode_return=zeros,
+                               agent_return={a: zeros for a in spec.agents},
+                               episode_length=jnp.zeros((num_envs,), jnp.int32), pending=pending)
 
-        def example(agent: str) -> Any:  # one zero transition of an agent
-            t = rollout.n_step_transitions(jax.tree_util.tree_map(
-                lambda p: jnp.zeros((1,) + p.shape[1:], p.dtype), pending[agent]), count=1,
-                gamma=config.gamma, n=1)
-            return jax.tree_util.tree_map(lambda x: x[0], t)
+    def network_input(actor: MultiAgentActor) -> dict[str, Array]:
+        return {pid: actor.obs[groups[pid][0]] for pid in pids}
 
-        if lockstep:
-            buffer = buf.init({a: example(a) for a in spec.agents})
-        else:
-            buffer = {pid: buf.init(example(groups[pid][0])) for pid in pids}
-        state = plan.TrainState(learner=learners, buffer=buffer, actor=actor, metrics=metrics, key=key,
-                                replay_credit=zero())
-        if n > 1:  # fill the n-step look-ahead
-            actor, (raw, episodes, agent_return) = run_steps(learners, epsilon(state), actor, prime_key, n - 1)
-            metrics = record(metrics, episodes, agent_return)._replace(num_steps_sampled=jnp.int32((n - 1) * config.num_envs))
-            state = state._replace(actor=actor._replace(pending=raw), metrics=metrics)
-        return plan.repeat(store, state, schedule.warmup_stores)
-
-    def chunk(state: plan.TrainState) -> tuple[plan.TrainState, dict[str, Array]]:
-        """As ``plan.make_plan``'s chunk; ``policy_reward_*`` cover the agent episodes of the same
-        smoothing window as the joint episodes."""
-        state = run_chunk(state)
-        out, window, metrics = plan.close_report(state.metrics, gather, config.metrics_smoothing_episodes)
-        for pid in pids:
-            episodes = plan.episode_report(metrics.policies[pid], gather, window * len(groups[pid]))
-            for stat in ("mean", "min", "max"):
-                out[f"policy_reward_{stat}/{pid}"] = episodes[f"episode_reward_{stat}"]
-        for pid, info in metrics.learner.items():
-            out.update({f"learner/{pid}/{k}": v for k, v in info._asdict().items() if k != "td_error"})
-        return state._replace(metrics=metrics), out
-
-    chunks = plan.count_chunks(config, schedule)
-
-    def train(key: Array) -> tuple[plan.TrainState, dict[str, Array]]:
-        return lax.scan(lambda s, _: chunk(s), init(key), None, length=chunks)
+    def batch(pid: str, sample: Sample) -> Sample:
+        if not lockstep:
+            return sample
+        # this policy's agents at the sampled joint steps: [B * k]
+        items = jax.tree_util.tree_map(lambda *x: jnp.concatenate(x), *[sample.items[a] for a in groups[pid]])
+        count = len(groups[pid])
+        return Sample(items=items, indices=jnp.tile(sample.indices, count), weights=jnp.tile(sample.weights, count))
 
     evaluate = make_evaluate(spec, networks, mapping, config.evaluation_num_episodes,
                              explore=config.evaluation_config.explore)
 
-    def act_greedy(params: dict[str, Any], obs: Array, policy_id: str) -> Array:
+    def act(params: dict[str, Any], obs: Array, policy_id: str, memory: Any = None) -> Array:
         """Greedy actions ``[B]`` of policy ``policy_id`` for observations ``[B, *obs]``."""
         return evaluation.greedy_actions(networks[policy_id], params[policy_id], obs)
 
-    return plan.Plan(init=init, store=store, replay=replay, iteration=iteration, chunk=chunk, train=train,
-                     evaluate=evaluate, act=act_greedy, schedule=schedule, spec=spec, network=networks,
-                     num_chunks=chunks, policy_mapping=mapping)
+    capacities = {LOCKSTEP: buffer_size} if lockstep else {pid: buffer_size for pid in pids}
+    return acting.Acting(
+        spec=spec, configs=configs, networks=networks,
+        obs_shapes={pid: tuple(spec.obs_shapes[groups[pid][0]]) for pid in pids},
+        num_actions={pid: spec.num_actions[groups[pid][0]] for pid in pids},
+        capacities=capacities, buffer_of={pid: LOCKSTEP if lockstep else pid for pid in pids},
+        priorities_from={} if lockstep else {pid: pid for pid in pids},  # the joint buffer is uniform
+        ring_agents={pid: len(groups[pid]) for pid in pids}, policy_mapping=mapping, primed_steps=n - 1,
+        init=init, prime=prime, fragment=fragment, network_input=network_input, batch=batch,
+        evaluate=evaluate, act=act)
 
 
 def make_evaluate(spec: multi_agent_envs.MultiAgentSpec, networks: dict[str, Any], mapping: dict[str, str],

@@ -177,13 +177,10 @@ class Runner(NamedTuple):
     trial_values: dict[str, np.ndarray]  # a sweep's traced keys: ``[R]`` per key, one row per run ({} if none)
 
 
-def make_plan(config: DQNConfig, **kwargs: Any) -> Any:
-    """``plan.make_plan``, or ``multiagent.make_plan`` for a multi-agent config / environment
-    (imported here, not at the top: importing gymnax starts JAX's backends)."""
-    from jaxdqn import multiagent, plan
+def make_plan(config: DQNConfig, **kwargs: Any) -> "Plan":
+    """``plan.make_plan`` (imported here, not at the top: importing gymnax starts JAX's backends)."""
+    from jaxdqn import plan
 
-    if multiagent.is_multi_agent_config(config):
-        return multiagent.make_plan(config, **kwargs)
     return plan.make_plan(config, **kwargs)
 
 

@@ -13,8 +13,16 @@ Warm-up until ``learning_starts`` is its own scan of store steps.
 ``make_plan(config)`` returns a ``Plan`` of pure pieces: ``init(key)``, ``store``, ``replay``,
 ``iteration``, ``chunk(state)`` (``timesteps_per_iteration`` env steps and their report, for the
 shell), ``train(key)`` (``total_timesteps``), ``evaluate(params, key)`` (greedy episodes) and
-``act(params, obs)``. ``make_train(config)`` is ``make_plan(config).train``: ``jax.jit(jax.vmap(
-train))(keys)`` trains many independent seeds at once.
+``act(params, obs, policy_id)``. ``make_train(config)`` is ``make_plan(config).train``:
+``jax.jit(jax.vmap(train))(keys)`` trains many independent seeds at once.
+
+One plan for every variant: as in RLlib, a single agent is a multi-agent run with one policy,
+``default_policy``. Learners, replay buffers and learner statistics are dicts keyed by policy
+(buffer) id, ``params`` arguments are dicts policy id -> params, and reports carry
+``learner/<policy>/<stat>``. How the env is played and what is stored is an ``acting.Acting``
+built once (``make_acting``): ``acting.single_agent`` (transitions, or sequences with
+``model.use_lstm``) or ``multiagent.make_acting`` (a multi-agent env; independent or lockstep
+replay; ``policy_reward_*`` reports).
 
 Data parallelism: with ``axis_name`` (the plan then runs inside ``parallel``'s ``pmap``) and
 ``num_replicas = D``, each replica steps ``num_envs / D`` environments into its own replay shard
@@ -37,6 +45,7 @@ sequence. ``buffer_size`` still counts timesteps (``config.buffer_items`` sequen
 from __future__ import annotations
 
 import fractions
+import functools
 import math
 from typing import Any, Callable, NamedTuple
 
@@ -44,17 +53,28 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxdqn import atari, buffers, envs, evaluation, exploration, learner, rollout
+from jaxdqn import acting as acting_
+from jaxdqn import atari, buffers, evaluation, exploration, learner, multiagent, rollout
 from jaxdqn._platform import PRNG_IMPL, plan_key  # noqa: F401 (the plan's random stream; re-exported)
 from jaxdqn.config import DQNConfig
-from jaxdqn.networks import make_network
+from jaxdqn.networks import QNetwork
 from jaxdqn.types import Sample
 
 Array = jax.Array
 MAX_STATIC_STORES = 64  # a replay ratio p / q with q up to this runs as a static schedule
+class Ring(NamedTuple):
+    """The last completed episodes of one policy's agents (``record_episodes`` fills it)."""
+
+    returns: Array  # [ring] float32
+    lengths: Array  # [ring] int32
+    ring_pos: Array  # [] int32
+    episodes_total: Array  # [] int32, agent episodes
+
+
 class Metrics(NamedTuple):
-    """On-device counters (RLlib's names), the last ``ring_size`` completed episodes, and the
-    counters at the last report (what a report's ``*_this_iter`` values count from)."""
+    """On-device counters (RLlib's names), the last ``ring_size`` completed (joint) episodes, the
+    counters at the last report (what a report's ``*_this_iter`` values count from), and for a
+    multi-agent env a ring of agent episodes per policy."""
 
     returns: Array  # [ring] float32
     lengths: Array  # [ring] int32
@@ -64,15 +84,16 @@ class Metrics(NamedTuple):
     num_steps_trained: Array  # [] int32
     num_target_updates: Array  # [] int32
     last_target_update_ts: Array  # [] int32
-    learner: learner.LearnInfo  # of the last replay step (td_error dropped: [0])
+    learner: dict[str, learner.LearnInfo]  # trained policy id -> its last replay step's (td_error dropped: [0])
     episodes_at_report: Array  # [] int32, this replica's episodes_total at the last report
     sampled_at_report: Array  # [] int32
     trained_at_report: Array  # [] int32
+    policies: dict[str, Ring]  # policy id -> its agents' episodes (policy_reward_*); {} for one agent
 
 
 class TrainState(NamedTuple):
-    learner: learner.LearnerState
-    buffer: Any
+    learner: dict[str, learner.LearnerState]  # policy id -> its learner
+    buffer: dict[str, Any]  # replay buffer id -> its state (``acting.Acting.capacities``)
     actor: rollout.ActorState
     metrics: Metrics
     key: Array
@@ -325,13 +346,30 @@ class Plan(NamedTuple):
     iteration: Callable[[TrainState, Any], tuple[TrainState, None]]
     chunk: Callable[[TrainState], tuple[TrainState, dict[str, Array]]]
     train: Callable[[Array], tuple[TrainState, dict[str, Array]]]
-    evaluate: Callable[[Any, Array], evaluation.Evaluation]
-    act: Callable[[Any, Array], Array]
+    evaluate: Callable[..., evaluation.Evaluation]  # (params: policy id -> params, key, eps=0.0)
+    act: Callable[..., Any]  # (params: policy id -> params, obs [B, *obs], policy_id, memory=None) -> [B]
     schedule: Schedule
-    spec: Any  # envs.EnvSpec (multi_agent_envs.MultiAgentSpec for a multi-agent plan)
-    network: Any  # QNetwork (a dict policy id -> QNetwork for a multi-agent plan)
+    acting: acting_.Acting  # the env, policies, networks and buffers (static)
     num_chunks: int  # chunks that ``train`` runs
-    policy_mapping: dict[str, str] | None = None  # multi-agent plans: agent id -> policy id
+
+    @property
+    def spec(self) -> Any:
+        """``envs.EnvSpec`` (``multi_agent_envs.MultiAgentSpec`` for a multi-agent env)."""
+        return self.acting.spec
+
+    @property
+    def networks(self) -> dict[str, QNetwork]:
+        """Policy id -> its ``QNetwork`` (``default_policy`` for a single agent)."""
+        return self.acting.networks
+
+    @property
+    def policy_ids(self) -> tuple[str, ...]:
+        return tuple(self.acting.networks)
+
+    @property
+    def policy_mapping(self) -> dict[str, str] | None:
+        """Agent id -> policy id for a multi-agent env; None for a single agent."""
+        return self.acting.policy_mapping
 
 
 def make_train(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = None
@@ -355,146 +393,148 @@ def split_totals(config: DQNConfig, num_replicas: int) -> tuple[int, int, int]:
     return tuple(total // num_replicas for total in totals.values())
 
 
+def make_acting(config: DQNConfig, *, num_envs: int, buffer_size: int) -> acting_.Acting:
+    """The ``Acting`` of ``config``'s environment: a multi-agent one (``multiagent``), else one
+    gymnax env or ALE batch."""
+    if multiagent.is_multi_agent_config(config):
+        return multiagent.make_acting(config, num_envs=num_envs, buffer_size=buffer_size)
+    return acting_.single_agent(config, num_envs=num_envs, buffer_size=buffer_size)
+
+
 def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = None,
               axis_name: str | None = None, num_replicas: int = 1, prng_impl: str | None = PRNG_IMPL) -> Plan:
     """The ``Plan`` for ``config``; with ``axis_name``, one replica of ``num_replicas`` (see the
     module docstring). ``init`` draws from ``plan_key(key, prng_impl)``."""
-    if config.multiagent is not None:
-        raise ValueError("config.multiagent is set: build the plan with jaxdqn.multiagent.make_plan "
-                         "(the Trainer and parallel.make_runner pick it for you)")
     if num_replicas > 1 and axis_name is None:
         raise ValueError(f"num_replicas={num_replicas} needs the axis_name of the device axis")
     num_envs, buffer_size, batch_size = split_totals(config, num_replicas)
-    recurrent = config.model.use_lstm
-    seq_len, burn_in = config.sequence_length, config.burn_in
-    capacity = buffer_size
-    if recurrent:
-        capacity = max(1, buffer_size // (seq_len - burn_in))
-        per_store_items = -(-config.rollout_fragment_length // (seq_len - burn_in)) * num_envs
-        if per_store_items > capacity:
-            raise ValueError(f"buffer_size={config.buffer_size} holds {capacity} sequences of {seq_len} steps per "
-                             f"device, fewer than the {per_store_items} that one store step adds; raise buffer_size")
-    if atari.is_atari(config.env) and (recurrent or num_replicas > 1):
+    if atari.is_atari(config.env) and (config.model.use_lstm or num_replicas > 1):
         raise ValueError(f"env={config.env!r} is an ALE batch of games: "
-                         + ("model.use_lstm is not supported with it" if recurrent else
+                         + ("model.use_lstm is not supported with it" if config.model.use_lstm else
                             "it runs on one device (num_devices=1)"))
-    spec = envs.make_env(config.env, config.env_params, num_envs=num_envs)
-    network = make_network(config, spec.num_actions)
-    optimizer = learner.make_optimizer(config)
-    train_step = learner.make_train_step(config, network, optimizer, axis_name=axis_name)
+    acting = make_acting(config, num_envs=num_envs, buffer_size=buffer_size)
+    pids = tuple(acting.networks)
+    trainable = tuple(config.multiagent.policies_to_train or pids) if config.multiagent is not None else pids
+    optimizers = {pid: learner.make_optimizer(acting.configs[pid]) for pid in pids}
+    train_steps = {pid: learner.make_train_step(acting.configs[pid], acting.networks[pid], optimizers[pid],
+                                                axis_name=axis_name) for pid in pids}
     if config.prioritized_replay:
-        buf = buffers.prioritized(capacity, alpha=config.prioritized_replay_alpha,
-                                  eps=config.prioritized_replay_eps)
+        bufs = {b: buffers.prioritized(c, alpha=config.prioritized_replay_alpha, eps=config.prioritized_replay_eps)
+                for b, c in acting.capacities.items()}
     else:
-        buf = buffers.uniform(capacity)
+        bufs = {b: buffers.uniform(c) for b, c in acting.capacities.items()}
+    replayed = tuple(b for b in acting.capacities if any(acting.buffer_of[pid] == b for pid in trainable))
+    owner = {b: pid for b, pid in acting.priorities_from.items() if pid in trainable}
     schedule = make_schedule(config)
-    n, length = config.n_step, config.rollout_fragment_length
     beta_points = [(0, config.prioritized_replay_beta),
                    (config.prioritized_replay_beta_annealing_timesteps, config.final_prioritized_replay_beta)]
+    gather = gatherer(axis_name)
 
-    # RLlib's clip_rewards=None: sign clipping for Atari (its DeepMind preprocessing), none else.
-    clip_rewards = True if config.clip_rewards is None and atari.is_atari(config.env) else config.clip_rewards
-    view = rollout.make_view(clip_rewards=clip_rewards, no_done_at_end=config.no_done_at_end)
-    still = not config.explore  # explore=False: no noise either
+    def params_of(state: TrainState) -> dict[str, Any]:
+        return {pid: ls.params for pid, ls in state.learner.items()}
 
-    def policy(params_and_eps, obs, key, memory=None):
-        params, eps = params_and_eps
-        noise_key, act_key = jax.random.split(key)
-        if memory is None:
-            q = network.apply(params, obs, deterministic=still, rngs={"noise": noise_key}).q
-            return exploration.epsilon_greedy(act_key, q, eps)
-        out, state = network.apply(params, obs[:, None], memory.state, memory.first[:, None],
-                                   deterministic=still, rngs={"noise": noise_key})
-        return exploration.epsilon_greedy(act_key, out.q[:, 0], eps), state
+    def epsilon(state: TrainState) -> Array:
+        return exploration.behaviour_epsilon(config.exploration_config, state.metrics.num_steps_sampled,
+                                             explore=config.explore)
 
-    def fragment(params_and_eps, actor: rollout.ActorState, key: Array):
-        """``(actor, items, episodes, mask)`` of one rollout fragment: the items to store where
-        ``mask`` (None: all) is True."""
-        if recurrent:
-            return (*rollout.sequence_fragment(spec, policy, params_and_eps, actor, key, length=length,
-                                               seq_len=seq_len, burn_in=burn_in, gamma=config.gamma,
-                                               zero_init_states=config.zero_init_states, view=view), None)
-        return rollout.fragment(spec, policy, params_and_eps, actor, key, length=length, gamma=config.gamma, n=n,
-                                view=view)
-
-    def behaviour(state: TrainState):
-        eps = exploration.behaviour_epsilon(config.exploration_config, state.metrics.num_steps_sampled,
-                                            explore=config.explore)
-        return state.learner.params, eps
+    def record(metrics: Metrics, episodes: rollout.Episodes, per_policy: dict[str, rollout.Episodes]) -> Metrics:
+        metrics = record_episodes(metrics, episodes)
+        return metrics._replace(policies={pid: record_episodes(metrics.policies[pid], per_policy[pid])
+                                          for pid in metrics.policies})
 
     def store(state: TrainState, _=None) -> tuple[TrainState, None]:
         key, step_key = jax.random.split(state.key)
-        actor, items, episodes, mask = fragment(behaviour(state), state.actor, step_key)
-        metrics = record_episodes(state.metrics, episodes)
+        actor, stored, episodes, per_policy = acting.fragment(params_of(state), epsilon(state), state.actor, step_key)
+        metrics = record(state.metrics, episodes, per_policy)
         metrics = metrics._replace(num_steps_sampled=metrics.num_steps_sampled + schedule.steps_per_store)
-        buffer = buf.add(state.buffer, items) if mask is None else buf.add(state.buffer, items, mask)
+        buffer = {b: bufs[b].add(state.buffer[b], items) if mask is None else bufs[b].add(state.buffer[b], items, mask)
+                  for b, (items, mask) in stored.items()}
         return state._replace(buffer=buffer, actor=actor, metrics=metrics, key=key), None
 
     def replay(state: TrainState, stats_due: Array | None = None) -> tuple[TrainState, None]:
-        """One replay step; the learner statistics in ``metrics.learner`` are this step's unless
-        ``stats_due`` (a traced bool) is False, when they stay those of an earlier step."""
-        key, sample_key, train_key = jax.random.split(state.key, 3)
+        """One replay step of every trained policy; the learner statistics in ``metrics.learner``
+        are this step's unless ``stats_due`` (a traced bool) is False, when they stay those of
+        an earlier step."""
+        key, *keys = jax.random.split(state.key, 1 + len(replayed) + len(trainable))
+        sample_keys, policy_keys = keys[:len(replayed)], keys[len(replayed):]
         sampled = state.metrics.num_steps_sampled
         beta = exploration.piecewise_linear(beta_points, sampled)
-        sample = buf.sample(state.buffer, sample_key, batch_size, beta)
-        if before_learn_on_batch is not None:
-            key, hook_key = jax.random.split(key)
-            sample = before_learn_on_batch(sample, hook_key)
-        learner_state, info = train_step(state.learner, sample, env_steps=sampled, key=train_key,
-                                         stats_due=stats_due, last_info=state.metrics.learner)
-        buffer = buf.update(state.buffer, sample.indices, info.td_error)
-        learner_state, synced = learner.sync_target(
-            learner_state, sampled, target_network_update_freq=config.target_network_update_freq, tau=config.tau)
+        samples = {b: bufs[b].sample(state.buffer[b], k, batch_size, beta) for b, k in zip(replayed, sample_keys)}
+        learners, infos, buffer = dict(state.learner), dict(state.metrics.learner), dict(state.buffer)
+        synced_any = jnp.zeros((), bool)
+        for pid, k in zip(trainable, policy_keys):
+            hook_key, train_key = jax.random.split(k)
+            sample = acting.batch(pid, samples[acting.buffer_of[pid]])
+            if before_learn_on_batch is not None:
+                sample = before_learn_on_batch(sample, hook_key)
+            learners[pid], info = train_steps[pid](learners[pid], sample, env_steps=sampled, key=train_key,
+                                                   stats_due=stats_due, last_info=infos[pid])
+            b = acting.buffer_of[pid]
+            if owner.get(b) == pid:
+                buffer[b] = bufs[b].update(buffer[b], sample.indices, info.td_error)
+            learners[pid], synced = learner.sync_target(
+                learners[pid], sampled, target_network_update_freq=acting.configs[pid].target_network_update_freq,
+                tau=acting.configs[pid].tau)
+            synced_any = synced_any | synced
+            infos[pid] = info._replace(td_error=jnp.zeros((0,), jnp.float32))
         m = state.metrics
         metrics = m._replace(
             num_steps_trained=m.num_steps_trained + replayed_steps(config),
-            num_target_updates=m.num_target_updates + synced.astype(jnp.int32),
-            last_target_update_ts=learner_state.last_target_update,
-            learner=info._replace(td_error=jnp.zeros((0,), jnp.float32)),
+            num_target_updates=m.num_target_updates + synced_any.astype(jnp.int32),
+            last_target_update_ts=functools.reduce(jnp.maximum, [learners[pid].last_target_update for pid in trainable]),
+            learner=infos,
         )
-        return state._replace(learner=learner_state, buffer=buffer, metrics=metrics, key=key), None
+        return state._replace(learner=learners, buffer=buffer, metrics=metrics, key=key), None
 
     iteration, run_chunk = make_iteration(schedule, store, replay)
 
     def init(key: Array) -> TrainState:
-        """Fresh learner, empty buffer, primed actor, then the warm-up stores."""
+        """Fresh learners, empty buffers, primed actors, then the warm-up stores."""
         key = plan_key(key, prng_impl if axis_name is None else None)
-        learner_key, key = jax.random.split(key)  # the network: the same on every replica
+        learner_key, key = jax.random.split(key)  # the networks: the same on every replica
         if axis_name is not None:
             key = jax.random.fold_in(key, lax.axis_index(axis_name))
         env_key, prime_key, key = jax.random.split(key, 3)
-        if recurrent:  # the pending steps are the next slice's burn-in; n-step sums are the loss's
-            actor = rollout.init(spec, env_key, num_envs, burn_in + 1, recurrent_state=network.initial_state(num_envs))
-        else:
-            actor = rollout.init(spec, env_key, num_envs, n)
-        learner_state = learner.init(network, optimizer, learner_key, actor.obs[:, None] if recurrent else actor.obs)
-        zero = lambda dtype=jnp.int32: jnp.zeros((), dtype)  # noqa: E731
-        info = learner.empty_info()
-        ring = ring_size(config, schedule, num_replicas)
-        metrics = Metrics(returns=jnp.zeros((ring,), jnp.float32), lengths=jnp.zeros((ring,), jnp.int32),
-                          ring_pos=zero(), episodes_total=zero(), num_steps_sampled=zero(),
-                          num_steps_trained=zero(), num_target_updates=zero(), last_target_update_ts=zero(),
-                          learner=info, **report_markers())
-        shapes = jax.eval_shape(lambda a, k: fragment((learner_state.params, 0.0), a, k)[1], actor, prime_key)
-        example = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape[1:], s.dtype), shapes)  # one item
-        state = TrainState(learner=learner_state, buffer=buf.init(example), actor=actor, metrics=metrics, key=key,
-                           replay_credit=zero())
-        if not recurrent:  # fill the n-step look-ahead
-            actor, episodes = rollout.prime(spec, policy, behaviour(state), actor, prime_key, view)
-            metrics = record_episodes(metrics, episodes)._replace(
-                num_steps_sampled=jnp.int32((n - 1) * config.num_envs))
+        actor = acting.init(env_key)
+        inputs = acting.network_input(actor)
+        learner_keys = [learner_key] if len(pids) == 1 else jax.random.split(learner_key, len(pids))
+        learners = {pid: learner.init(acting.networks[pid], optimizers[pid], k, inputs[pid])
+                    for pid, k in zip(pids, learner_keys)}
+        zero = lambda: jnp.zeros((), jnp.int32)  # noqa: E731
+        size = ring_size(config, schedule, num_replicas)
+        ring = lambda k=1: Ring(returns=jnp.zeros((size * k,), jnp.float32),  # noqa: E731
+                                lengths=jnp.zeros((size * k,), jnp.int32), ring_pos=zero(), episodes_total=zero())
+        metrics = Metrics(**ring()._asdict(), num_steps_sampled=zero(), num_steps_trained=zero(),
+                          num_target_updates=zero(), last_target_update_ts=zero(),
+                          learner={pid: learner.empty_info() for pid in trainable}, **report_markers(),
+                          policies={pid: ring(k) for pid, k in acting.ring_agents.items()})
+        params = {pid: ls.params for pid, ls in learners.items()}
+        shapes = jax.eval_shape(lambda a, k: acting.fragment(params, jnp.float32(0.0), a, k)[1], actor, prime_key)
+        # one item of each buffer
+        example = {b: jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape[1:], s.dtype), items)
+                   for b, (items, _) in shapes.items()}
+        state = TrainState(learner=learners, buffer={b: bufs[b].init(example[b]) for b in bufs}, actor=actor,
+                           metrics=metrics, key=key, replay_credit=zero())
+        if acting.primed_steps:  # fill the n-step look-ahead
+            actor, episodes, per_policy = acting.prime(params, epsilon(state), actor, prime_key)
+            metrics = record(metrics, episodes, per_policy)._replace(
+                num_steps_sampled=jnp.int32(acting.primed_steps * config.num_envs))
             state = state._replace(actor=actor, metrics=metrics)
         return repeat(store, state, schedule.warmup_stores)
 
-    gather = gatherer(axis_name)
-
     def chunk(state: TrainState) -> tuple[TrainState, dict[str, Array]]:
         """About ``timesteps_per_iteration`` env steps (whole iterations) and their report (RLlib's
-        result: the learner statistics of the chunk's last SGD step, the counters since the last
-        report, the episodes of RLlib's smoothing window)."""
+        result: the learner statistics of the chunk's last SGD step per policy, the counters since
+        the last report, the episodes of RLlib's smoothing window; a multi-agent env's
+        ``policy_reward_*`` cover the agent episodes of the same window)."""
         state = run_chunk(state)
-        report, _, metrics = close_report(state.metrics, gather, config.metrics_smoothing_episodes)
-        report.update({k: v for k, v in metrics.learner._asdict().items() if k != "td_error"})
+        report, window, metrics = close_report(state.metrics, gather, config.metrics_smoothing_episodes)
+        for pid, agents in acting.ring_agents.items():
+            episodes = episode_report(metrics.policies[pid], gather, window * agents)
+            for stat in ("mean", "min", "max"):
+                report[f"policy_reward_{stat}/{pid}"] = episodes[f"episode_reward_{stat}"]
+        for pid, info in metrics.learner.items():
+            report.update({f"learner/{pid}/{k}": v for k, v in info._asdict().items() if k != "td_error"})
         return state._replace(metrics=metrics), report
 
     chunks = count_chunks(config, schedule)
@@ -503,19 +543,5 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         """``total_timesteps`` (rounded up to whole chunks); the reports are stacked per chunk."""
         return lax.scan(lambda s, _: chunk(s), init(key), None, length=chunks)
 
-    # A batch of ALE games is one stateful object: evaluation plays its own.
-    eval_spec = (envs.make_env(config.env, config.env_params, num_envs=config.evaluation_num_episodes)
-                 if envs.is_batched(spec) else spec)
-    evaluate = evaluation.make_evaluate(eval_spec, network, config.evaluation_num_episodes,
-                                        explore=config.evaluation_config.explore)
-
-    def act(params: Any, obs: Array, memory: rollout.Memory | None = None) -> Any:
-        """Greedy actions ``[B]`` for observations ``[B, *obs]`` (RLlib's compute_actions,
-        explore=False); a recurrent network also takes the ``rollout.Memory`` (state, first) and
-        returns ``(actions, next state)``."""
-        if recurrent:
-            return evaluation.greedy_recurrent_actions(network, params, obs, memory.state, memory.first)
-        return evaluation.greedy_actions(network, params, obs)
-
     return Plan(init=init, store=store, replay=replay, iteration=iteration, chunk=chunk, train=train,
-                evaluate=evaluate, act=act, schedule=schedule, spec=spec, network=network, num_chunks=chunks)
+                evaluate=acting.evaluate, act=acting.act, schedule=schedule, acting=acting, num_chunks=chunks)

@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxdqn
-from jaxdqn import checkpoint, envs, exploration, parallel, rollout, sweep
+from jaxdqn import checkpoint, envs, exploration, parallel, sweep
+from jaxdqn.acting import DEFAULT_POLICY
 from jaxdqn.config import DQNConfig, algo_of, from_dict, to_dict
 from jaxdqn.plan import BatchHook
 from jaxdqn.rollout import Memory
@@ -34,7 +35,7 @@ RESUMABLE_KEYS = frozenset({"total_timesteps", "timesteps_per_iteration", "evalu
                             "evaluation_interval", "min_iter_time_s"})
 LEARNER_STATS = ("loss", "mean_q", "min_q", "max_q", "mean_td_error", "cur_lr", "grad_gnorm")
 EVAL_STREAM = 0x5EED  # folded into the seed for evaluation keys, apart from training's keys
-CHECKPOINT_FORMAT = 2
+CHECKPOINT_FORMAT = 3  # 3: learners and buffers are dicts keyed by policy (one plan for every variant)
 
 
 def _scalar(x: Any) -> Any:
@@ -61,15 +62,13 @@ def result_dict(report: Mapping[str, Any], *, iteration: int, time_this_iter_s: 
     trained_this_iter = r.pop("num_steps_trained_this_iter")
     timesteps_this_iter = r.pop("timesteps_this_iter")
     seconds = max(time_this_iter_s, 1e-9)
-    if "loss" in r:
-        learners = {"default_policy": {"learner_stats": {k: r[k] for k in LEARNER_STATS}}}
-        per_policy = {}
-    else:  # a multi-agent report: learner/<pid>/<stat> and policy_reward_<stat>/<pid>
-        pids = sorted({k.split("/")[1] for k in r if k.startswith("learner/")})
-        learners = {pid: {"learner_stats": {k: r[f"learner/{pid}/{k}"] for k in LEARNER_STATS}} for pid in pids}
-        per_policy = {f"policy_reward_{stat}": {k.split("/", 1)[1]: v for k, v in r.items()
-                                                if k.startswith(f"policy_reward_{stat}/")}
-                      for stat in ("mean", "min", "max")}
+    # The plan reports learner/<pid>/<stat> per trained policy and, for a multi-agent env,
+    # policy_reward_<stat>/<pid> (RLlib's policy_reward_* are {} for a single agent).
+    pids = sorted({k.split("/")[1] for k in r if k.startswith("learner/")})
+    learners = {pid: {"learner_stats": {k: r[f"learner/{pid}/{k}"] for k in LEARNER_STATS}} for pid in pids}
+    per_policy = {f"policy_reward_{stat}": {k.split("/", 1)[1]: v for k, v in r.items()
+                                            if k.startswith(f"policy_reward_{stat}/")}
+                  for stat in ("mean", "min", "max")}
     return {
         "episode_reward_mean": r["episode_reward_mean"],
         "episode_reward_min": r["episode_reward_min"],
@@ -189,8 +188,7 @@ class Trainer:
         self._runs = self.layout.num_seeds  # the vmapped axis: seeds, or trials x seeds (None: one run)
         stacked = (lambda f: jax.vmap(f)) if self._runs is not None else (lambda f: f)
         self._evaluate = jax.jit(stacked(self.plan.evaluate))
-        multi_agent = self.plan.policy_mapping is not None
-        self._act = jax.jit(self.plan.act, static_argnums=2) if multi_agent else jax.jit(self.plan.act)
+        self._act = jax.jit(self.plan.act, static_argnums=2)  # (params, obs, policy_id, memory=None)
         self._state: Any = None
         self.iteration = 0
         self.time_total_s = 0.0
@@ -234,17 +232,24 @@ class Trainer:
         return jax.tree_util.tree_map(lambda x: x[run], tree)
 
     @property
-    def params(self) -> Any:
-        """The online Q-network parameters (leaves ``[S, ...]`` with seeds, ``[T, S, ...]`` or
-        ``[T, ...]`` with trials; one copy of the replicated params with several devices)."""
+    def params(self) -> dict[str, Any]:
+        """The online Q-network parameters of each policy, as RLlib's ``get_weights()``: policy id
+        -> params (``default_policy`` for a single agent; leaves ``[S, ...]`` with seeds,
+        ``[T, S, ...]`` or ``[T, ...]`` with trials; one copy of the replicated params with several
+        devices)."""
         return self._unflatten_runs(self._run_params())
 
-    def _run_params(self) -> Any:
+    def get_weights(self, policies: Sequence[str] | None = None) -> dict[str, Any]:
+        """RLlib's ``Trainer.get_weights``: ``params`` for the ``policies`` named (default: all)."""
+        params = self.params
+        unknown = sorted(set(policies or ()) - set(params))
+        if unknown:
+            raise ValueError(f"policies={unknown} are not this run's; its policies are {sorted(params)}")
+        return {pid: params[pid] for pid in (policies or params)}
+
+    def _run_params(self) -> dict[str, Any]:
         """The params with the vmapped run axis (``[R, ...]``) as the plan's functions take them."""
-        learner = self.state.learner
-        if isinstance(learner, dict):  # multi-agent: policy id -> params
-            return self.runner.unreplicate({pid: ls.params for pid, ls in learner.items()})
-        return self.runner.unreplicate(learner.params)
+        return self.runner.unreplicate({pid: ls.params for pid, ls in self.state.learner.items()})
 
     def _unflatten_runs(self, tree: Any) -> Any:
         if self.trials is None or self.num_seeds is None:
@@ -341,7 +346,7 @@ class Trainer:
         ``[c, h]``, each ``[lstm_cell_size]``; ``[]`` for a feed-forward one."""
         if not self.config.model.use_lstm:
             return []
-        return [np.asarray(x[0]) for x in self.plan.network.initial_state(1)]
+        return [np.asarray(x[0]) for x in self.plan.networks[DEFAULT_POLICY].initial_state(1)]
 
     def compute_single_action(self, observation: Any, state: list[Any] | None = None, *,
                               policy_id: str | None = None, explore: bool | None = None, seed: int = 0,
@@ -356,19 +361,12 @@ class Trainer:
         ``policy_id`` (RLlib's argument) unless it has one policy.
         """
         obs = jnp.asarray(observation, jnp.float32)
-        mapping = self.plan.policy_mapping
-        if mapping is not None:
-            policies = sorted(set(mapping.values()))
-            if policy_id is None and len(policies) == 1:
-                policy_id = policies[0]
-            if policy_id not in policies:
-                raise ValueError(f"policy_id={policy_id!r} is invalid: this run's policies are {policies}")
-            agent = next(a for a, p in mapping.items() if p == policy_id)
-            obs_shape, num_actions = self.plan.spec.obs_shapes[agent], self.plan.spec.num_actions[agent]
-        else:
-            if policy_id not in (None, "default_policy"):
-                raise ValueError(f"policy_id={policy_id!r} is invalid: a single-agent run has 'default_policy'")
-            obs_shape, num_actions = self.plan.spec.obs_shape, self.plan.spec.num_actions
+        policies = self.plan.policy_ids
+        if policy_id is None and len(policies) == 1:
+            policy_id = policies[0]
+        if policy_id not in policies:
+            raise ValueError(f"policy_id={policy_id!r} is invalid: this run's policies are {list(policies)}")
+        obs_shape, num_actions = self.plan.acting.obs_shapes[policy_id], self.plan.acting.num_actions[policy_id]
         if obs.shape != obs_shape:
             raise ValueError(f"observation has shape {obs.shape}; this env's is {obs_shape}")
         params = self._seed_view(self._run_params(), seed, trial)
@@ -381,12 +379,12 @@ class Trainer:
                                  f"as get_initial_state() returns, got shapes {[np.shape(x) for x in state]}")
             memory = Memory(state=tuple(jnp.asarray(x, jnp.float32)[None] for x in state),
                             first=jnp.full((1,), first))
-            actions, state_out = self._act(params, obs[None], memory)
+            actions, state_out = self._act(params, obs[None], policy_id, memory)
             action = int(actions[0])
         else:
             if state:
                 raise ValueError("state is only for recurrent policies (model.use_lstm=True); this one is feed-forward")
-            action = int((self._act(params, obs[None], policy_id) if mapping else self._act(params, obs[None]))[0])
+            action = int(self._act(params, obs[None], policy_id)[0])
         if explore is None:
             explore = self.config.explore
         if explore:
@@ -466,9 +464,8 @@ class Trainer:
         if envs.is_batched(self.plan.spec):
             # The emulator's games are not in a checkpoint: new episodes, and the n-step
             # look-ahead marked as no transitions (``rollout.init``), so nothing spans the cut.
-            spec, config = self.plan.spec, self.config
             key = jax.random.fold_in(self._state.key, self.iteration)
-            actor = jax.jit(lambda k: rollout.init(spec, k, config.num_envs, config.n_step))(key)
+            actor = jax.jit(self.plan.acting.init)(key)
             self._state = self._state._replace(actor=actor)
         self.iteration = int(meta["iteration"])
         self.time_total_s = float(meta["time_total_s"])

@@ -62,10 +62,10 @@ def test_trainer_stores_only_real_transitions_and_scores_whole_episodes(tmp_path
     pending = int(jnp.sum(state.actor.env_state.ended))  # episodes whose reset step is still to come
     assert ended >= 1, result
     # Every env step is one transition (n_step 1), except the reset step after each episode end.
-    assert int(buffers.size(state.buffer)) == sampled - (ended - pending)
+    assert int(buffers.size(state.buffer["default_policy"])) == sampled - (ended - pending)
     # Pong scores: -21..21 per game, unclipped (clipping applies to what is stored).
     assert -21 <= result["episode_reward_mean"] <= 21 and result["episode_len_mean"] > 100
-    assert float(jnp.max(jnp.abs(state.buffer.storage.reward))) <= 1.0
+    assert float(jnp.max(jnp.abs(state.buffer["default_policy"].storage.reward))) <= 1.0
     evaluation = trainer.evaluate()["evaluation"]
     assert evaluation["episodes_this_iter"] == 2 and -21 <= evaluation["episode_reward_mean"] <= 21
     path = trainer.save(tmp_path / "ckpt")

@@ -181,10 +181,10 @@ def test_uint8_storage_trains_bitwise_as_float32(monkeypatch):
                        buffer_size=256, train_batch_size=8, prioritized_replay=False, hiddens=(16,),
                        model={"conv_filters": [[4, 3, 1]], "fcnet_hiddens": []})
     stored_uint8 = jax.jit(make_train(config))(jax.random.key(0))[0]
-    assert stored_uint8.buffer.storage.obs.dtype == jnp.uint8
+    assert stored_uint8.buffer["default_policy"].storage.obs.dtype == jnp.uint8
     monkeypatch.setattr(envs, "stored", lambda spec, obs: obs)
     stored_float = jax.jit(make_train(dataclasses.replace(config)))(jax.random.key(0))[0]
-    assert stored_float.buffer.storage.obs.dtype == jnp.float32
-    for a, b in zip(jax.tree_util.tree_leaves(stored_uint8.learner.params),
-                    jax.tree_util.tree_leaves(stored_float.learner.params)):
+    assert stored_float.buffer["default_policy"].storage.obs.dtype == jnp.float32
+    for a, b in zip(jax.tree_util.tree_leaves(stored_uint8.learner["default_policy"].params),
+                    jax.tree_util.tree_leaves(stored_float.learner["default_policy"].params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -42,8 +42,9 @@ LAYERS = {
     "L1 kernels": ["jaxdqn._platform", "jaxdqn.atari", "jaxdqn.buffers", "jaxdqn.buffers.segment_tree", "jaxdqn.buffers.tree_kernels",
                    "jaxdqn.buffers.uniform_replay", "jaxdqn.buffers.prioritized_replay", "jaxdqn.buffers.sequence",
                    "jaxdqn.losses", "jaxdqn.networks", "jaxdqn.exploration", "jaxdqn.envs"],
-    "L2 steps": ["jaxdqn.learner", "jaxdqn.rollout", "jaxdqn.evaluation", "jaxdqn.multi_agent_envs", "jaxdqn.sweep"],
-    "L3 composition": ["jaxdqn.plan", "jaxdqn.multiagent", "jaxdqn.parallel"],
+    "L2 steps": ["jaxdqn.learner", "jaxdqn.rollout", "jaxdqn.evaluation", "jaxdqn.multi_agent_envs", "jaxdqn.sweep",
+                 "jaxdqn.acting", "jaxdqn.multiagent"],
+    "L3 composition": ["jaxdqn.plan", "jaxdqn.parallel"],
     "L4 shell": sorted(SHELL),
 }
 LAYER_OF = {m: i for i, (_, modules) in enumerate(LAYERS.items()) for m in modules}

@@ -63,7 +63,7 @@ def greedy_returns_of_10_seeds(config):
 
     def run(key):
         final, _ = plan.train(key)
-        return plan.evaluate(final.learner.params, jax.random.fold_in(key, 7)).episode_return.mean()
+        return plan.evaluate({pid: ls.params for pid, ls in final.learner.items()}, jax.random.fold_in(key, 7)).episode_return.mean()
 
     return np.asarray(jax.jit(jax.vmap(run))(jax.random.split(jax.random.key(1), 10)))
 
@@ -88,13 +88,13 @@ def test_multi_agent_cartpole_policies_learn_on_8_of_10_seeds(replay_mode, thres
     policy_reward_mean of 150 per policy in 50k env steps; lockstep replay (uniform, as RLlib
     requires) learns too but less steadily on this env (measured 9 of 10 seeds >= 49, one at 11.6),
     so its bar is lower: 40, against about 11 for random play."""
-    from jaxdqn import multiagent
+    from jaxdqn.plan import make_plan
 
     config = tuned_config("dqn", "MultiCartPole-v1")
     if replay_mode == "lockstep":
         config = config.replace(prioritized_replay=False, env_params={**dict(config.env_params), "done_when": "any"},
                                 multiagent=dataclasses.replace(config.multiagent, replay_mode="lockstep"))
-    _, reports = jax.jit(jax.vmap(multiagent.make_plan(config).train))(jax.random.split(jax.random.key(1), 10))
+    _, reports = jax.jit(jax.vmap(make_plan(config).train))(jax.random.split(jax.random.key(1), 10))
     for pid in ("p0", "p1"):
         final = np.asarray(reports[f"policy_reward_mean/{pid}"])[:, -1]
         assert int(np.sum(final >= threshold)) >= 8, (pid, final)

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdqn import DQNConfig, Trainer, multi_agent_envs, multiagent
+from jaxdqn import DQNConfig, Trainer, multi_agent_envs
+from jaxdqn.plan import make_plan
 from jaxdqn.buffers import size
 from jaxdqn.multi_agent_envs import MultiAgentEnv
 from tests.test_plan import assert_equal_but_learner_stats
@@ -139,7 +140,7 @@ def test_finished_agents_store_nothing_and_score_what_they_played(done_when, len
                            rollout_fragment_length=6, learning_starts=0, timesteps_per_iteration=48,
                            multiagent=dict(policies=["p0", "p1", "p2"],
                                            policy_mapping_fn={f"agent_{i}": f"p{i}" for i in range(3)}))
-    plan = multiagent.make_plan(config)
+    plan = make_plan(config)
     state, report = jax.jit(plan.chunk)(jax.jit(plan.init)(jax.random.key(0)))
     steps = int(report["timesteps_total"])  # per env: whole joint episodes of `length` steps
     episodes = steps // config.num_envs // length
@@ -166,7 +167,7 @@ def plan_buffer_draws(config, buffer):
 
 def test_lockstep_replay_needs_done_when_any():
     with pytest.raises(ValueError, match="done_when"):
-        multiagent.make_plan(tagged_config(env=StaggeredEnv(), prioritized_replay=False,
+        make_plan(tagged_config(env=StaggeredEnv(), prioritized_replay=False,
                                            multiagent=dict(policies=["p0"], replay_mode="lockstep")))
     with pytest.raises(ValueError, match="done_when"):
         multi_agent_envs.make_multi_agent_env("MultiCartPole-v1", {"done_when": "first"})
@@ -174,7 +175,7 @@ def test_lockstep_replay_needs_done_when_any():
 
 def test_independent_replay_keeps_each_policys_agents_and_reports_per_policy():
     config = tagged_config()
-    plan = multiagent.make_plan(config)
+    plan = make_plan(config)
     state, reports = jax.jit(plan.train)(jax.random.key(0))
     # p0 holds agent_0's items only, p1 those of agent_1 and agent_2; 2 envs, n-step primed
     for pid, tags, per_store in (("p0", {0.0}, 10), ("p1", {1.0, 2.0}, 20)):
@@ -207,11 +208,11 @@ def test_lockstep_replays_joint_steps_and_policies_to_train_freezes_the_rest():
     config = tagged_config(prioritized_replay=False, env_params={"done_when": "any"},
                            multiagent=dict(policies=["p0", "p1"], replay_mode="lockstep", policies_to_train=["p1"],
                                            policy_mapping_fn={"agent_0": "p0", "agent_1": "p1", "agent_2": "p1"}))
-    plan = multiagent.make_plan(config)
+    plan = make_plan(config)
     init = jax.jit(plan.init)(jax.random.key(0))
     state, reports = jax.jit(plan.train)(jax.random.key(0))
-    items = state.buffer.storage
-    count = int(state.buffer.size)
+    items = state.buffer["lockstep"].storage
+    count = int(state.buffer["lockstep"].size)
     assert count == 10 * (2 + 4)  # one joint item per env step
     # every joint item holds the three agents at the same time step
     times = np.stack([np.asarray(items[a].obs[:count, 1]) for a in TaggedEnv.agents])
@@ -240,10 +241,10 @@ def test_bad_multiagent_configs_are_refused_naming_the_key(changes, match):
 
 def test_mappings_the_env_does_not_fit_are_refused_before_compiling():
     with pytest.raises(ValueError, match=r"does not map the agents \['agent_2'\]"):
-        multiagent.make_plan(tagged_config(multiagent=dict(policies=["p0"], policy_mapping_fn={
+        make_plan(tagged_config(multiagent=dict(policies=["p0"], policy_mapping_fn={
             "agent_0": "p0", "agent_1": "p0"})))
     with pytest.raises(ValueError, match="policy 'p1' has no agent"):
-        multiagent.make_plan(tagged_config(multiagent=dict(policies=["p0", "p1"], policy_mapping_fn=lambda a: "p0")))
+        make_plan(tagged_config(multiagent=dict(policies=["p0", "p1"], policy_mapping_fn=lambda a: "p0")))
 
 
 def test_trainer_reports_rllib_multiagent_results_and_round_trips(tmp_path):
@@ -267,7 +268,7 @@ def test_trainer_reports_rllib_multiagent_results_and_round_trips(tmp_path):
     again = restored.train()
     assert again["info"]["learner"]["p1"]["learner_stats"] == after["info"]["learner"]["p1"]["learner_stats"]
     obs = np.zeros(4, np.float32)
-    expected = int(np.argmax(trainer.plan.network["p1"].apply(trainer.params["p1"], obs[None], deterministic=True).q))
+    expected = int(np.argmax(trainer.plan.networks["p1"].apply(trainer.params["p1"], obs[None], deterministic=True).q))
     assert trainer.compute_single_action(obs, policy_id="p1", explore=False) == expected
     with pytest.raises(ValueError, match="policy_id"):
         trainer.compute_single_action(obs, policy_id="p7")
@@ -277,7 +278,7 @@ def test_trainer_reports_rllib_multiagent_results_and_round_trips(tmp_path):
 def test_a_chunk_reports_every_policys_statistics_of_its_last_sgd_step():
     """As for one agent (tests/test_plan.py): only the chunk's last replay computes the learner
     statistics; state and per-policy statistics equal those of step-by-step iterations."""
-    plan = multiagent.make_plan(tagged_config())
+    plan = make_plan(tagged_config())
     assert plan.schedule.iterations_per_chunk > 1
     state = jax.jit(plan.init)(jax.random.key(1))
     fast, report = jax.jit(plan.chunk)(state)

@@ -55,21 +55,21 @@ def four():
 def test_replicated_state_stays_bitwise_equal_on_every_device(four):
     trainer, results = four
     state = trainer.state
-    assert jax.tree_util.tree_leaves(state.learner.params)[0].shape[0] == 4
+    assert jax.tree_util.tree_leaves(state.learner["default_policy"].params)[0].shape[0] == 4
     assert rows_equal(state.learner)  # params, target, Adam moments, counters
     for counter in ("num_steps_sampled", "num_steps_trained", "num_target_updates", "last_target_update_ts"):
         assert rows_equal(getattr(state.metrics, counter))
     # The envs, replay shards and keys are each device's own.
     obs = np.asarray(state.actor.obs)
     assert all(not np.array_equal(obs[0], obs[d]) for d in range(1, 4))
-    assert not rows_equal(state.buffer.storage.storage.obs)
+    assert not rows_equal(state.buffer["default_policy"].storage.storage.obs)
 
 
 def test_totals_are_split_and_counters_count_all_devices(four):
     trainer, results = four
     state, config = trainer.state, trainer.config
     assert state.actor.obs.shape[:2] == (4, config.num_envs // 4)
-    assert state.buffer.storage.storage.obs.shape[:2] == (4, config.buffer_size // 4)
+    assert state.buffer["default_policy"].storage.storage.obs.shape[:2] == (4, config.buffer_size // 4)
     s = trainer.plan.schedule
     assert s.steps_per_store == config.num_envs * config.rollout_fragment_length  # all devices' steps
     per_iteration = s.iterations_per_chunk * s.stores * s.steps_per_store
@@ -91,7 +91,7 @@ def test_one_iteration_equals_the_plan_pmapped_by_hand(four):
     keys = jax.numpy.stack([jax.random.key(config.seed)] * 4)
     state = jax.pmap(plan.init, axis_name=parallel.AXIS)(keys)
     _, report = jax.pmap(plan.chunk, axis_name=parallel.AXIS)(state)
-    assert stats(results[0])["loss"] == float(report["loss"][0])
+    assert stats(results[0])["loss"] == float(report["learner/default_policy/loss"][0])
     assert results[0]["episodes_total"] == int(report["episodes_total"][0])
     assert results[0]["episode_reward_mean"] == float(report["episode_reward_mean"][0])
 
@@ -119,7 +119,7 @@ def test_seeds_spread_over_devices_equal_seeds_on_one_device_and_move_between_de
     after = [stats(r) for r in on_two.train()]
     moved = Trainer(SEEDS.replace(num_devices=4), num_seeds=4)
     moved.restore(path)
-    assert jax.tree_util.tree_leaves(moved.state.learner.params)[0].shape[:2] == (4, 1)
+    assert jax.tree_util.tree_leaves(moved.state.learner["default_policy"].params)[0].shape[:2] == (4, 1)
     assert leaves_equal(moved.params, saved)
     for x, y in zip(after, moved.train()):
         assert stats(y) == pytest.approx(x, rel=1e-4)
@@ -182,10 +182,10 @@ def test_a_4_device_checkpoint_is_refused_on_2_devices_unless_learner_only(tmp_p
         two.restore(path)
     two.restore(path, learner_only=True)  # a warm start: the learner, on each of the 2 devices
     state = two.state
-    assert jax.tree_util.tree_leaves(state.learner.params)[0].shape[0] == 2
+    assert jax.tree_util.tree_leaves(state.learner["default_policy"].params)[0].shape[0] == 2
     assert rows_equal(state.learner)
     assert leaves_equal(two.params, trainer.params)
-    assert int(np.asarray(state.learner.num_updates)[0]) == int(np.asarray(trainer.state.learner.num_updates)[0])
+    assert int(np.asarray(state.learner["default_policy"].num_updates)[0]) == int(np.asarray(trainer.state.learner["default_policy"].num_updates)[0])
     one = Trainer.from_checkpoint(path, num_devices=1, learner_only=True)
     assert leaves_equal(one.params, trainer.params)
     two.train()  # and it trains on

@@ -179,12 +179,12 @@ def test_stored_sequences_start_from_the_actors_recurrent_state():
     config = small_recurrent_config()
     p = plan.make_plan(config)
     state = jax.jit(p.init)(jax.random.key(0))  # 24 warm-up steps: 2 stores of 4 steps x 3 envs
-    buf = state.buffer.storage
+    buf = state.buffer["default_policy"].storage
     num = int(buf.size)
     # stride 3, fragment 4: 2 slices per env per fragment; 2 stores -> 12 items, slice-major per store
     assert num == 12
     items = jax.tree_util.tree_map(lambda x: np.asarray(x[:num]), buf.storage)
-    net, params = p.network, state.learner.params
+    net, params = p.networks["default_policy"], state.learner["default_policy"].params
     for store in range(2):
         for k in range(2):
             for e in range(3):
@@ -225,7 +225,7 @@ def test_trainer_round_trips_a_recurrent_run_and_acts_with_state(tmp_path):
     assert first["info"]["num_steps_trained"] == 2 * 4 * 5
     path = trainer.save(tmp_path)
     after = trainer.train()
-    buffer = trainer.state.buffer
+    buffer = trainer.state.buffer["default_policy"]
     priorities = np.asarray(segment_tree.leaf_values(buffer.trees, capacity=buffer.storage.storage.mask.shape[0]))[0]
     assert np.unique(priorities[priorities > 0]).size > 4  # replayed sequences got their own priority
     evaluation = trainer.evaluate()["evaluation"]
@@ -244,7 +244,7 @@ def test_trainer_round_trips_a_recurrent_run_and_acts_with_state(tmp_path):
         action, state = trainer.compute_single_action(o, state, explore=False)
         actions.append(action)
     assert [s.shape for s in state] == [(8,), (8,)]
-    out, _ = trainer.plan.network.apply(trainer.params, jnp.asarray(obs)[None], deterministic=True)
+    out, _ = trainer.plan.networks["default_policy"].apply(trainer.params["default_policy"], jnp.asarray(obs)[None], deterministic=True)
     assert actions == [int(a) for a in np.argmax(np.asarray(out.q[0]), axis=-1)]
     with pytest.raises(ValueError, match="state must be"):
         trainer.compute_single_action(obs[0], [np.zeros(3)])

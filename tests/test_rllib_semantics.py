@@ -43,7 +43,8 @@ def test_the_smoothing_window_is_rllibs(smoothing, iterations):
     zero = jnp.zeros((), jnp.int32)
     m = plan.Metrics(returns=jnp.zeros(ring), lengths=jnp.zeros(ring, jnp.int32), ring_pos=zero, episodes_total=zero,
                      num_steps_sampled=zero, num_steps_trained=zero, num_target_updates=zero,
-                     last_target_update_ts=zero, learner=learner.empty_info(), **plan.report_markers())
+                     last_target_update_ts=zero, learner={"default_policy": learner.empty_info()},
+                     **plan.report_markers(), policies={})
     twin, gather, value = CollectMetrics(smoothing), plan.gatherer(None), 0.0
     for fragments in iterations:
         ended = []
@@ -89,8 +90,8 @@ def test_clip_rewards_clips_what_the_learner_sees_not_the_episode_returns():
     p = plan.make_plan(config)
     state = jax.jit(p.init)(jax.random.key(0))
     state = jax.jit(p.iteration)(state)[0]
-    size = int(state.buffer.size)
-    np.testing.assert_array_equal(np.asarray(state.buffer.storage.reward[:size]), 0.25)  # CartPole pays 1
+    size = int(state.buffer["default_policy"].size)
+    np.testing.assert_array_equal(np.asarray(state.buffer["default_policy"].storage.reward[:size]), 0.25)  # CartPole pays 1
     done = int(state.metrics.episodes_total)
     assert done > 0  # returns are the env's: one per step
     np.testing.assert_array_equal(state.metrics.returns[:done], state.metrics.lengths[:done])
@@ -109,9 +110,9 @@ def test_no_done_at_end_bootstraps_at_terminations(no_done_at_end):
     config = SimpleQConfig(**TINY, no_done_at_end=no_done_at_end)
     p = plan.make_plan(config)
     state = jax.jit(p.init)(jax.random.key(1))
-    size = int(state.buffer.size)
+    size = int(state.buffer["default_policy"].size)
     assert int(state.metrics.episodes_total) > 0  # random CartPole episodes terminated
-    discounts = set(np.asarray(state.buffer.storage.discount[:size]).tolist())
+    discounts = set(np.asarray(state.buffer["default_policy"].storage.discount[:size]).tolist())
     assert discounts == ({np.float32(0.99)} if no_done_at_end else {0.0, np.float32(0.99)})
 
 
@@ -119,13 +120,13 @@ def test_explore_false_acts_greedily_while_sampling():
     config = SimpleQConfig(**TINY, explore=False)
     p = plan.make_plan(config)
     state = jax.jit(p.init)(jax.random.key(2))  # warm-up only: the params are the initial ones
-    size = int(state.buffer.size)
-    obs, actions = state.buffer.storage.obs[:size], state.buffer.storage.action[:size]
-    q = np.asarray(p.network.apply(state.learner.params, obs).q)
+    size = int(state.buffer["default_policy"].size)
+    obs, actions = state.buffer["default_policy"].storage.obs[:size], state.buffer["default_policy"].storage.action[:size]
+    q = np.asarray(p.networks["default_policy"].apply(state.learner["default_policy"].params, obs).q)
     np.testing.assert_array_equal(actions, q.argmax(-1))
     explored = jax.jit(plan.make_plan(SimpleQConfig(**TINY)).init)(jax.random.key(2))
-    q = np.asarray(p.network.apply(explored.learner.params, explored.buffer.storage.obs[:size]).q)
-    assert (np.asarray(explored.buffer.storage.action[:size]) != q.argmax(-1)).any()  # epsilon ~1
+    q = np.asarray(p.networks["default_policy"].apply(explored.learner["default_policy"].params, explored.buffer["default_policy"].storage.obs[:size]).q)
+    assert (np.asarray(explored.buffer["default_policy"].storage.action[:size]) != q.argmax(-1)).any()  # epsilon ~1
 
 
 def test_evaluation_explores_when_evaluation_config_says_so():

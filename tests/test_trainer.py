@@ -51,8 +51,13 @@ def test_train_returns_rllib_results_equal_to_the_plan_chunk():
         assert result["timesteps_total"] == int(report["num_steps_sampled"])
         stats = result["info"]["learner"]["default_policy"]["learner_stats"]
         assert set(stats) == set(STATS)
-        assert stats["mean_q"] == float(report["mean_q"])
+        assert stats["mean_q"] == float(report["learner/default_policy/mean_q"])
         assert result["info"]["num_target_updates"] == int(report["num_target_updates"])
+        # RLlib's policy_reward_* leave out default_policy: {} for a single agent
+        assert result["policy_reward_mean"] == result["policy_reward_min"] == result["policy_reward_max"] == {}
+    assert list(trainer.params) == ["default_policy"] == list(trainer.get_weights(["default_policy"]))
+    with pytest.raises(ValueError, match="policies=\\['p9'\\]"):
+        trainer.get_weights(["p9"])
     assert results[1]["timesteps_total"] - results[0]["timesteps_total"] == results[1]["timesteps_this_iter"] >= 256
     assert results[1]["time_total_s"] == pytest.approx(results[0]["time_total_s"] + results[1]["time_this_iter_s"])
     assert results[1]["num_env_steps_sampled_throughput_per_sec"] > 0
@@ -62,7 +67,7 @@ def test_train_returns_rllib_results_equal_to_the_plan_chunk():
 def test_the_state_is_donated_between_calls():
     trainer = Trainer(CONFIG)
     trainer.train()
-    storage = trainer.state.buffer.storage.storage.obs
+    storage = trainer.state.buffer["default_policy"].storage.storage.obs
     trainer.train()
     assert storage.is_deleted()
 
@@ -151,7 +156,7 @@ def test_compute_single_action_is_the_greedy_action_of_the_q_network():
     trainer = Trainer(CONFIG)
     trainer.train()
     obs = np.random.default_rng(0).normal(size=(20, 4)).astype(np.float32)
-    q = trainer.plan.network.apply(trainer.params, obs, deterministic=True).q
+    q = trainer.plan.networks["default_policy"].apply(trainer.params["default_policy"], obs, deterministic=True).q
     expected = np.argmax(np.asarray(q), axis=-1)
     assert [trainer.compute_single_action(o, explore=False) for o in obs] == expected.tolist()
     # explore=True: epsilon-greedy at the current epsilon (~0.98 after 320 of 10k steps), a fresh draw per call.
@@ -160,7 +165,7 @@ def test_compute_single_action_is_the_greedy_action_of_the_q_network():
     # explore=None takes the config's explore (RLlib's default True; False: greedy)
     assert 0.4 < np.mean([trainer.compute_single_action(obs[0]) for _ in range(400)]) < 0.6
     greedy = Trainer(CONFIG.replace(explore=False))
-    q = greedy.plan.network.apply(greedy.params, obs, deterministic=True).q
+    q = greedy.plan.networks["default_policy"].apply(greedy.params["default_policy"], obs, deterministic=True).q
     assert [greedy.compute_single_action(o) for o in obs] == np.argmax(np.asarray(q), axis=-1).tolist()
     with pytest.raises(ValueError, match=r"observation has shape \(3,\)"):
         trainer.compute_single_action(np.zeros(3))
@@ -188,7 +193,7 @@ def test_seeds_run_stacked_and_differ():
     _, report = jax.jit(plan.chunk)(state)
     assert results[1]["timesteps_total"] == int(report["num_steps_sampled"])
     assert results[1]["info"]["learner"]["default_policy"]["learner_stats"]["loss"] == pytest.approx(
-        float(report["loss"]), rel=1e-5)
+        float(report["learner/default_policy/loss"]), rel=1e-5)
 
 
 def test_bad_arguments_are_refused_before_anything_compiles():
