@@ -1,11 +1,9 @@
 """The learner: one SGD step of DQN / SimpleQ on a replayed batch, and the target sync.
 
 ``make_train_step(config, network, optimizer, axis_name=None)`` returns a pure
-``train_step(state, sample, *, env_steps, key, stats_due=None, last_info=None) -> (state,
-LearnInfo)``. ``env_steps`` (sampled so far) drives RLlib's ``lr_schedule``; ``key`` feeds noisy
-layers. With ``axis_name`` (inside ``pmap``) gradients and statistics are averaged across
-devices with ``lax.pmean``. ``stats_due`` (a traced bool) lets a loop skip the statistics on the
-steps nobody reports (see ``make_train_step``).
+``train_step(state, sample, *, env_steps, key) -> (state, LearnInfo)``. ``env_steps`` (sampled
+so far) drives RLlib's ``lr_schedule``; ``key`` feeds noisy layers. With ``axis_name`` (inside
+``pmap``) gradients and statistics are averaged across devices with ``lax.pmean``.
 """
 
 from __future__ import annotations
@@ -269,17 +267,12 @@ def make_train_step(
             td_error=td,
         )
 
-    def train_step(state: LearnerState, sample: Sample, *, env_steps: Array, key: Array,
-                   stats_due: Array | None = None, last_info: LearnInfo | None = None):
-        """One SGD step. The statistics are computed when ``stats_due`` is None or True; when it
-        is False the step returns ``last_info``'s instead (with this step's ``td_error``).
+    def train_step(state: LearnerState, sample: Sample, *, env_steps: Array, key: Array):
+        """One SGD step: the new state and its ``LearnInfo`` (statistics and per-item TD errors).
 
-        Why: RLlib reports the statistics of an iteration's last SGD step, and computing them
-        (the gradient norm over every parameter, four reductions of the batch) is about a dozen
-        small kernels per step that XLA:CPU spread over a second core. Computed only on a
-        chunk's last step, the plan went from 1.30x to 1.15x the compute floor's time
-        (CartPole, 2-core CPU; docs/benchmarks.md "Training speed"). ``stats_due`` must be the same on
-        every replica.
+        A caller that keeps only ``td_error`` leaves the statistics (the gradient norm over
+        every parameter, four reductions of the batch) as dead code that XLA removes: the plan
+        does so on every SGD step but a chunk's last, whose statistics RLlib reports.
         """
         (loss, (td, q_selected, mean_td_error)), grads = grad_fn(
             state.params, state.target_params, sample.items, sample.weights, key
@@ -289,13 +282,7 @@ def make_train_step(
         opt_state = set_learning_rate(state.opt_state, lr)
         updates, opt_state = optimizer.update(grads, opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        if stats_due is None:
-            info = statistics(loss, td, q_selected, mean_td_error, grads, lr)
-        elif last_info is None:
-            raise ValueError("train_step(stats_due=...) needs last_info, the statistics to keep when not due")
-        else:
-            keep = lambda loss, td, q_selected, mean_td_error, grads, lr: last_info._replace(td_error=td)  # noqa: E731
-            info = lax.cond(stats_due, statistics, keep, loss, td, q_selected, mean_td_error, grads, lr)
+        info = statistics(loss, td, q_selected, mean_td_error, grads, lr)
         return state._replace(params=params, opt_state=opt_state, num_updates=state.num_updates + 1), info
 
     return train_step

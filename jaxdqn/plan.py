@@ -160,50 +160,67 @@ def count_chunks(config: DQNConfig, schedule: Schedule) -> int:
     return max(1, math.ceil(config.total_timesteps / per_chunk))
 
 
-def make_iteration(schedule: Schedule, store: Callable, replay: Callable
+def make_iteration(schedule: Schedule, store: Callable, replay: Callable, replay_quiet: Callable
                    ) -> tuple[Callable[[Any, Any], tuple[Any, None]], Callable[[Any], Any]]:
-    """``(iteration, run_chunk)`` of a schedule over the plan's ``store(state, _)`` and
-    ``replay(state, stats_due)`` steps (any state with a ``replay_credit`` field).
+    """``(iteration, run_chunk)`` of a schedule over the plan's ``store``, ``replay`` (computes
+    the learner statistics) and ``replay_quiet`` (the same SGD step, statistics left as they
+    were) steps, each ``(state, _) -> (state, None)`` on a state with a ``replay_credit`` field.
 
-    ``iteration(state, x)``: one iteration; with ``x`` None every replay computes the learner
-    statistics. ``run_chunk(state)``: ``iterations_per_chunk`` iterations in which only the
-    chunk's last replay computes them (RLlib reports the last SGD step's; skipping the rest
-    saves about a dozen small kernels per step). ``x`` is then, for a static schedule, whether
-    this is the chunk's last iteration; for a credit schedule, how many iterations follow in the
-    chunk (a replay is the last when none of them will have one).
+    ``iteration(state, _)``: one iteration, every replay computing the statistics.
+    ``run_chunk(state)``: ``iterations_per_chunk`` iterations in which only the chunk's last
+    replay computes them (RLlib reports the last SGD step's; XLA drops the rest as dead code,
+    about a dozen small kernels per step). A static schedule peels its last iteration
+    statically; in a credit schedule the last replay depends on the credit, so each replay
+    picks ``replay`` or ``replay_quiet`` with a ``lax.cond`` on whether none follows in the
+    chunk.
     """
     if not schedule.credit:
-        def iteration(state: Any, last: Any = None) -> tuple[Any, None]:
+        def iteration(state: Any, _: Any = None) -> tuple[Any, None]:
             state = repeat(store, state, schedule.stores)
-            return repeat(replay, state, schedule.replays, last=last), None
+            return repeat(replay, state, schedule.replays), None
+
+        def quiet_iteration(state: Any, _: Any = None) -> tuple[Any, None]:
+            state = repeat(store, state, schedule.stores)
+            return repeat(replay_quiet, state, schedule.replays), None
 
         def run_chunk(state: Any) -> Any:
-            return repeat(iteration, state, schedule.iterations_per_chunk, last=True)
+            state = repeat(quiet_iteration, state, schedule.iterations_per_chunk - 1)
+            state = repeat(store, state, schedule.stores)
+            state = repeat(replay_quiet, state, schedule.replays - 1)
+            return replay(state)[0]
 
         return iteration, run_chunk
 
     p, q = schedule.replays, schedule.stores
 
-    def iteration(state: Any, remaining: Any = None) -> tuple[Any, None]:
+    def paid(state: Any) -> tuple[Any, Array, Array]:
+        """One store step and the replays its credit pays for: ``(state, count, credit left)``."""
         state = store(state)[0]
         credit = state.replay_credit + p
         count = credit // q
-        credit = credit - count * q
-        if remaining is None:
-            last_in_chunk = None
-        else:  # no later iteration of the chunk pays for a replay: credit + remaining * p < q
-            last_in_chunk = remaining < (q - credit + p - 1) // p
+        return state, count.astype(jnp.int32), (credit - count * q).astype(jnp.int32)
+
+    def iteration(state: Any, _: Any = None) -> tuple[Any, None]:
+        state, count, credit = paid(state)
+        state = state._replace(replay_credit=credit)
+        return lax.fori_loop(jnp.int32(0), count, lambda i, s: replay(s)[0], state), None
+
+    def chunk_iteration(state: Any, remaining: Array) -> tuple[Any, None]:
+        """An iteration of a chunk followed by ``remaining`` more."""
+        state, count, credit = paid(state)
+        # no later iteration of the chunk pays for a replay: credit + remaining * p < q
+        last_in_chunk = remaining < (q - credit + p - 1) // p
 
         def body(i: Array, state: Any) -> Any:
-            due = None if last_in_chunk is None else last_in_chunk & (i == count - 1)
-            return replay(state, due)[0]
+            due = last_in_chunk & (i == count - 1)
+            return lax.cond(due, lambda s: replay(s)[0], lambda s: replay_quiet(s)[0], state)
 
-        state = state._replace(replay_credit=credit.astype(jnp.int32))
-        return lax.fori_loop(jnp.int32(0), count.astype(jnp.int32), body, state), None
+        state = state._replace(replay_credit=credit)
+        return lax.fori_loop(jnp.int32(0), count, body, state), None
 
     def run_chunk(state: Any) -> Any:
         n = schedule.iterations_per_chunk
-        return lax.scan(iteration, state, jnp.arange(n - 1, -1, -1, dtype=jnp.int32))[0]
+        return lax.scan(chunk_iteration, state, jnp.arange(n - 1, -1, -1, dtype=jnp.int32))[0]
 
     return iteration, run_chunk
 
@@ -214,23 +231,12 @@ def replayed_steps(config: DQNConfig) -> int:
     return config.train_batch_size * config.sequence_length
 
 
-def repeat(step: Callable[[Any, Any], tuple[Any, None]], state: Any, times: int,
-           last: bool | Array | None = None) -> Any:
+def repeat(step: Callable[[Any, Any], tuple[Any, None]], state: Any, times: int) -> Any:
     """``step`` applied ``times`` times: a ``lax.scan``, or a plain call for one (a one-trip
-    loop still costs a while loop with its carry copies on every iteration of the outer scan).
-
-    ``step(state, x)``: ``x`` is None when ``last`` is None; else a bool, ``last`` on the final
-    application and False before it (what ``stats_due`` needs: only the last step reports).
-    """
+    loop still costs a while loop with its carry copies on every iteration of the outer scan)."""
     if times == 0:
         return state
-    if last is None:
-        return step(state, None)[0] if times == 1 else lax.scan(step, state, None, length=times)[0]
-    last = jnp.asarray(last, bool)
-    if times == 1:
-        return step(state, last)[0]
-    flags = jnp.zeros((times,), bool).at[-1].set(last)
-    return lax.scan(step, state, flags)[0]
+    return step(state, None)[0] if times == 1 else lax.scan(step, state, None, length=times)[0]
 
 
 def ring_size(config: DQNConfig, schedule: Schedule, num_replicas: int) -> int:
@@ -451,10 +457,9 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
                   for b, (items, mask) in stored.items()}
         return state._replace(buffer=buffer, actor=actor, metrics=metrics, key=key), None
 
-    def replay(state: TrainState, stats_due: Array | None = None) -> tuple[TrainState, None]:
-        """One replay step of every trained policy; the learner statistics in ``metrics.learner``
-        are this step's unless ``stats_due`` (a traced bool) is False, when they stay those of
-        an earlier step."""
+    def replay_step(state: TrainState, statistics: bool) -> TrainState:
+        """One replay step of every trained policy; with ``statistics`` (static) its learner
+        statistics go to ``metrics.learner``, else those stay an earlier step's."""
         key, *keys = jax.random.split(state.key, 1 + len(replayed) + len(trainable))
         sample_keys, policy_keys = keys[:len(replayed)], keys[len(replayed):]
         sampled = state.metrics.num_steps_sampled
@@ -467,8 +472,7 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
             sample = acting.batch(pid, samples[acting.buffer_of[pid]])
             if before_learn_on_batch is not None:
                 sample = before_learn_on_batch(sample, hook_key)
-            learners[pid], info = train_steps[pid](learners[pid], sample, env_steps=sampled, key=train_key,
-                                                   stats_due=stats_due, last_info=infos[pid])
+            learners[pid], info = train_steps[pid](learners[pid], sample, env_steps=sampled, key=train_key)
             b = acting.buffer_of[pid]
             if owner.get(b) == pid:
                 buffer[b] = bufs[b].update(buffer[b], sample.indices, info.td_error)
@@ -476,7 +480,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
                 learners[pid], sampled, target_network_update_freq=acting.configs[pid].target_network_update_freq,
                 tau=acting.configs[pid].tau)
             synced_any = synced_any | synced
-            infos[pid] = info._replace(td_error=jnp.zeros((0,), jnp.float32))
+            if statistics:
+                infos[pid] = info._replace(td_error=jnp.zeros((0,), jnp.float32))
         m = state.metrics
         metrics = m._replace(
             num_steps_trained=m.num_steps_trained + replayed_steps(config),
@@ -484,9 +489,17 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
             last_target_update_ts=functools.reduce(jnp.maximum, [learners[pid].last_target_update for pid in trainable]),
             learner=infos,
         )
-        return state._replace(learner=learners, buffer=buffer, metrics=metrics, key=key), None
+        return state._replace(learner=learners, buffer=buffer, metrics=metrics, key=key)
 
-    iteration, run_chunk = make_iteration(schedule, store, replay)
+    def replay(state: TrainState, _=None) -> tuple[TrainState, None]:
+        """One replay step (sample, hook, SGD step, priorities, target sync) that reports its
+        learner statistics in ``metrics.learner``."""
+        return replay_step(state, True), None
+
+    def replay_quiet(state: TrainState, _=None) -> tuple[TrainState, None]:
+        return replay_step(state, False), None
+
+    iteration, run_chunk = make_iteration(schedule, store, replay, replay_quiet)
 
     def init(key: Array) -> TrainState:
         """Fresh learners, empty buffers, primed actors, then the warm-up stores."""

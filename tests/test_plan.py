@@ -221,7 +221,8 @@ def test_an_iteration_compiles_to_straight_line_code_without_rng_loops():
 # one and several replays per iteration; credit schedules with fewer and more than one per store
 @pytest.mark.parametrize("training_intensity", [None, 12.0, 0.77, 13.37])
 def test_a_chunk_reports_the_statistics_of_its_last_sgd_step(training_intensity):
-    """Inside a chunk only the last replay computes the learner statistics (``stats_due``); the
+    """Inside a chunk only the last replay reports the learner statistics (a peeled last
+    iteration, or a ``lax.cond`` per replay in credit schedules); the
     state and the reported statistics must equal those of iterations that compute them at every
     step (``plan.iteration(state)`` called on its own)."""
     config = DQNConfig(**{**TINY, "training_intensity": training_intensity, "n_step": 2})
