@@ -11,22 +11,28 @@ and fenced on the CPU, unrolled elsewhere; the fused CPU tree kernels, ``buffers
   to two orders of magnitude slower than the same arithmetic as one matrix product over the
   input's patches (im2col); GPUs and TPUs have convolution units and keep ``lax.conv``
   (``scripts/bench_conv.py``, docs/benchmarks.md).
-- ``plan_key`` / ``layout_prng``: the plan's random stream is Philox-4x32 where it can be (XLA:CPU
-  runs threefry as rolled loops), threefry under ``pmap`` (where Philox does not lower).
+- ``plan_key`` / ``PHILOX``: the plan's random stream is the config's ``prng_impl``, Philox-4x32
+  by default (XLA:CPU runs threefry as rolled loops), written here with its 32-bit ``mulhi`` in
+  16-bit halves: jax 0.10's own Philox draws the same numbers but its ``lax.mulhi`` does not
+  lower in multi-device programs (``pmap``, ``shard_map``), and the stream must be the same in
+  every layout.
 - ``fence``: keeps XLA:CPU from re-computing tree reads after an in-place tree write (which
   makes it copy the trees every step).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 import jax
+import jax.extend.random
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 Array = jax.Array
-PRNG_IMPL = "philox4x32"  # the plan's random stream (see ``plan_key``)
 
 
 def conv_as_matmul() -> bool:
@@ -34,33 +40,106 @@ def conv_as_matmul() -> bool:
     return jax.default_backend() == "cpu"
 
 
-def plan_key(key: Array, impl: str | None = PRNG_IMPL) -> Array:
-    """The key the plan draws everything from: an ``impl`` key (Philox-4x32 by default) derived
-    from ``key`` (a typed key of any implementation, or a raw ``uint32[2]`` one) by one draw of
-    its 64 bits; ``impl=None`` keeps ``key``.
+# Philox-4x32-10 (Salmon et al. 2011, Random123), with jax's key schedule, counters and output
+# mixing: ``seed``, ``split``, ``fold_in`` and ``random_bits`` draw what jax's "philox4x32" draws,
+# bit for bit (tests/test_plan.py compares them), from arithmetic every backend lowers anywhere.
+_M0, _M1 = np.uint32(0xD2511F53), np.uint32(0xCD9E8D57)  # round multipliers
+_W0, _W1 = np.uint32(0x9E3779B9), np.uint32(0xBB67AE85)  # key schedule (Weyl) increments
+_LOW16, _SHIFT16 = np.uint32(0xFFFF), np.uint32(16)
+
+
+def _mulhi(a: Array, b: Any) -> Array:
+    """The high 32 bits of the 64-bit product of uint32 ``a`` and ``b``, from 16-bit halves."""
+    a, b = jnp.asarray(a, jnp.uint32), jnp.asarray(b, jnp.uint32)
+    a_hi, a_lo, b_hi, b_lo = a >> _SHIFT16, a & _LOW16, b >> _SHIFT16, b & _LOW16
+    lo_lo, hi_lo, lo_hi = a_lo * b_lo, a_hi * b_lo, a_lo * b_hi
+    carry = ((lo_lo >> _SHIFT16) + (hi_lo & _LOW16) + (lo_hi & _LOW16)) >> _SHIFT16
+    return a_hi * b_hi + (hi_lo >> _SHIFT16) + (lo_hi >> _SHIFT16) + carry
+
+
+def _philox(k0: Any, k1: Any, x0: Any, x1: Any, x2: Any, x3: Any) -> tuple[Array, Array, Array, Array]:
+    """Ten Philox-4x32 rounds of counter ``(x0, x1, x2, x3)`` under key ``(k0, k1)`` (uint32, broadcast)."""
+    k0, k1, x0, x1, x2, x3 = (jnp.asarray(v, jnp.uint32) for v in (k0, k1, x0, x1, x2, x3))
+    for round_ in range(10):
+        if round_:
+            k0, k1 = k0 + _W0, k1 + _W1
+        x0, x1, x2, x3 = _mulhi(x2, _M1) ^ x1 ^ k0, x2 * _M1, _mulhi(x0, _M0) ^ x3 ^ k1, x0 * _M0
+    return x0, x1, x2, x3
+
+
+def _counters(shape: tuple[int, ...]) -> tuple[Array, Array]:
+    """The 64-bit flat index of every position of ``shape`` as (high, low) uint32 words."""
+    size = math.prod(shape)
+    if size >= 2**32:
+        raise NotImplementedError(f"{size} random values in one draw; at most 2**32 - 1")
+    return jnp.zeros(shape, jnp.uint32), lax.iota(jnp.uint32, size).reshape(shape)
+
+
+def _philox_seed(seed: Array) -> Array:
+    high = (lax.shift_right_logical(seed, lax.convert_element_type(32, seed.dtype)) if seed.dtype.itemsize > 4
+            else jnp.zeros((), seed.dtype))  # a 32-bit seed has no high word
+    out = _philox(0, 0, lax.convert_element_type(high, jnp.uint32), lax.convert_element_type(seed, jnp.uint32), 0, 0)
+    return jnp.stack(out[:2])
+
+
+def _philox_split(key: Array, shape: tuple[int, ...]) -> Array:
+    high, low = _counters(tuple(shape))
+    zeros = jnp.zeros(shape, jnp.uint32)
+    out = _philox(key[0], key[1], zeros, zeros, high, low)
+    return jnp.stack(out[:2], axis=len(shape))
+
+
+def _philox_fold_in(key: Array, data: Any) -> Array:
+    return jnp.stack(_philox(key[0], key[1], 0, 0, 0, jnp.asarray(data, jnp.uint32))[:2])
+
+
+def _philox_bits(key: Array, bit_width: int, shape: tuple[int, ...]) -> Array:
+    high, low = _counters(tuple(shape))
+    zeros = jnp.zeros(shape, jnp.uint32)
+    out = _philox(key[0], key[1], high, low, zeros, zeros)
+    if bit_width == 64:
+        wide = [lax.convert_element_type(x, jnp.uint64) for x in out[:2]]
+        return (wide[0] << jnp.uint64(32)) | wide[1]
+    mixed = out[0] ^ out[1] ^ out[2] ^ out[3]
+    return mixed if bit_width == 32 else lax.convert_element_type(mixed, {8: jnp.uint8, 16: jnp.uint16}[bit_width])
+
+
+PHILOX = jax.extend.random.define_prng_impl(
+    key_shape=(2,), seed=_philox_seed, split=_philox_split, random_bits=_philox_bits, fold_in=_philox_fold_in,
+    name="philox4x32_portable", tag="px4")
+
+
+def prng_spec(impl: str) -> Any:
+    """What ``jax.random`` takes as ``impl=`` for a config's ``prng_impl``."""
+    return PHILOX if impl == "philox4x32" else impl
+
+
+@functools.lru_cache(maxsize=None)
+def key_dtype(impl: str) -> Any:
+    """The dtype of typed keys of a config's ``prng_impl``."""
+    return jax.eval_shape(lambda: jax.random.key(0, impl=prng_spec(impl))).dtype
+
+
+def plan_key(key: Array, impl: str) -> Array:
+    """The key the plan draws everything from: ``key`` if it is an ``impl`` key already, else an
+    ``impl`` key derived from ``key`` (a typed key of any implementation, or a raw ``uint32[2]``
+    one) by one draw of its 64 bits.
 
     Why not JAX's default threefry: on the CPU, XLA lowers every threefry call as a rolled
     five-trip while loop, and a plan iteration makes about fifteen of them (key splits, epsilon
     draws, env resets, replay indices); their loop overhead cost about a third of an iteration at
     PureJaxRL's CartPole settings. Philox-4x32 is a counter-based generator with the same 64-bit
     keys and real ``split`` / ``fold_in`` semantics, lowered unrolled on every backend, and its
-    streams are the same on every backend and under ``vmap``. A data-parallel plan (``axis_name``
-    set) keeps its key, and so must any plan run inside ``pmap`` (build it with
-    ``prng_impl=None``; ``parallel`` does it (``layout_prng``) for every multi-device or multi-seed layout, so
-    that a seed gives the same run on any device count): jax 0.10 cannot lower Philox's
-    ``mulhi`` under a device axis. The rolled loops are a CPU-only lowering, so accelerators
-    lose nothing there."""
-    if impl is None or (jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
-                        and str(jax.random.key_impl(key)) == impl):
+    streams are the same on every backend, under ``vmap`` and in every device layout (``PHILOX``
+    lowers under ``pmap``). ``prng_impl="threefry2x32"`` keeps JAX's default generator: the
+    rolled loops are a CPU-only lowering, so accelerators lose nothing with it."""
+    spec = prng_spec(impl)
+    typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+    if typed and key.dtype == key_dtype(impl):
         return key
-    return jax.random.wrap_key_data(jax.random.bits(key, (2,), jnp.uint32), impl=impl)
-
-
-def layout_prng(num_devices: int, num_seeds: int | None) -> dict[str, Any]:
-    """The ``make_plan`` keyword for a layout's random stream: one run on one device draws from
-    Philox keys (``plan_key``, the default); inside ``pmap`` Philox does not lower, and a
-    seed must give the same run on any device count, so every other layout keeps threefry keys."""
-    return {} if num_devices == 1 and num_seeds is None else {"prng_impl": None}
+    if impl == "threefry2x32" and not typed:
+        return jax.random.wrap_key_data(key, impl=impl)  # a raw threefry key: the same bits
+    return jax.random.wrap_key_data(jax.random.bits(key, (2,), jnp.uint32), impl=spec)
 
 
 def fence(values: tuple[Array, ...]) -> tuple[Array, ...]:

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxdqn.parallel import is_key, key_impl_name
+from jaxdqn.parallel import is_key, key_impl, key_impl_name
 
 PREFIX = "checkpoint_"
 PATTERN = re.compile(rf"^{PREFIX}(\d+)$")
@@ -143,6 +143,6 @@ def restore(path: str | os.PathLike, template: Any) -> tuple[Any, dict[str, Any]
     for i, (t, x) in enumerate(zip(jax.tree_util.tree_leaves(template), leaves)):
         value = arrays.get(f"leaf_{i:05d}", jnp.zeros(x.shape, x.dtype))
         if is_key(t):
-            value = jax.random.wrap_key_data(value, impl=key_impl_name(t))  # the template's PRNG
+            value = jax.random.wrap_key_data(value, impl=key_impl(t))  # the template's PRNG
         out.append(value)
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(template), out), meta

@@ -25,12 +25,14 @@ LossFn = Literal["huber", "mse"]
 GradClipMode = Literal["global_norm", "per_tensor"]
 ReplayMode = Literal["independent", "lockstep"]
 OptimizerType = Literal["adam", "rmsprop"]
+PrngImpl = Literal["philox4x32", "threefry2x32"]
 ACTIVATIONS: tuple[str, ...] = get_args(Activation)
 EXPLORATION_TYPES: tuple[str, ...] = get_args(ExplorationType)
 LOSS_FNS: tuple[str, ...] = get_args(LossFn)
 GRAD_CLIP_MODES: tuple[str, ...] = get_args(GradClipMode)
 REPLAY_MODES: tuple[str, ...] = get_args(ReplayMode)
 OPTIMIZER_TYPES: tuple[str, ...] = get_args(OptimizerType)
+PRNG_IMPLS: tuple[str, ...] = get_args(PrngImpl)
 
 
 ATARI_NAME = re.compile(r"^(?:ALE/(?P<v5>[A-Za-z]+)-v5|(?P<v4>[A-Za-z]+)(?:NoFrameskip|Deterministic)-v4"
@@ -322,6 +324,9 @@ class DQNConfig:
     total_timesteps: int = 100_000
     seed: int = 0
     num_devices: int | str = 1  # devices the plan is pmapped over; "auto": all of them
+    # The plan's random stream, the same in every layout (docs/design.md "Random streams"):
+    # Philox-4x32 lowers unrolled (XLA:CPU runs threefry2x32, JAX's default, as rolled loops).
+    prng_impl: PrngImpl = "philox4x32"
     td_error_loss_fn: LossFn = "huber"
     # --- RLlib's common keys ---
     gamma: float = 0.99
@@ -389,6 +394,8 @@ class DQNConfig:
         _int("seed", self.seed, 0)
         if self.num_devices != "auto" and (not _is_int(self.num_devices) or self.num_devices < 1):
             _fail("num_devices", self.num_devices, "must be an int >= 1 or 'auto' (every device)")
+        if self.prng_impl not in PRNG_IMPLS:
+            _fail("prng_impl", self.prng_impl, f"supported: {list(PRNG_IMPLS)}")
         if self.td_error_loss_fn not in LOSS_FNS:
             _fail("td_error_loss_fn", self.td_error_loss_fn, f"supported: {list(LOSS_FNS)}")
         _number("gamma", self.gamma, 0.0, 1.0)

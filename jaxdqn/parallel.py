@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 import jax
 import numpy as np
 
-from jaxdqn._platform import layout_prng
 from jaxdqn.config import DQNConfig
 
 if TYPE_CHECKING:
@@ -129,16 +128,23 @@ def is_key(x: Any) -> bool:
     return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
+def key_impl(x: Any) -> Any:
+    """The PRNG implementation of typed keys ``x`` (an array or ``ShapeDtypeStruct``), as
+    ``wrap_key_data(impl=...)`` takes it: an implementation defined outside jax (the plan's
+    Philox) has no name jax can look up, and jax has no public accessor for a key dtype's."""
+    return x.dtype._impl
+
+
 def key_impl_name(x: Any) -> str:
-    """The PRNG implementation's name of typed keys ``x`` (an array or ``ShapeDtypeStruct``)."""
-    if isinstance(x, jax.Array):
-        return str(jax.random.key_impl(x))
-    return x.dtype._impl.name  # a ShapeDtypeStruct: jax has no public accessor for its key type
+    """The name of ``key_impl(x)`` (what a checkpoint records)."""
+    return key_impl(x).name
 
 
 def layout_keys(seed: int | Sequence[int], num_devices: int, num_seeds: int | None) -> jax.Array:
     """The global init keys of a layout: ``[]``, ``[S]``, ``[D]`` (one key, the same on every
-    device: one run) or ``[D, S/D]`` (seed ``k`` of ``S`` is ``split(key(seed), S)[k]`` always).
+    device: one run) or ``[D, S/D]``. Seed ``k`` of ``S`` is ``split(key(seed), S)[k]`` in every
+    layout, and one run is seed 0 (``split(key(seed), 1)[0]``: jax's split draws key ``k`` the
+    same for any count), so seed 0 of a vmapped run is the single run, bit for bit.
 
     A sweep passes one ``seed`` per trial and ``num_seeds = trials x seeds`` runs: trial ``t``'s
     seed ``k`` is ``split(key(seed[t]), seeds)[k]``, as in a run of that trial alone."""
@@ -147,6 +153,8 @@ def layout_keys(seed: int | Sequence[int], num_devices: int, num_seeds: int | No
         keys = jax.numpy.concatenate([jax.random.split(jax.random.key(s), per_trial) for s in seed])
         return keys if num_devices == 1 else keys.reshape(num_devices, num_seeds // num_devices)
     key = jax.random.key(seed)
+    if num_seeds is None:
+        key = jax.random.split(key, 1)[0]
     if num_devices == 1:
         return key if num_seeds is None else jax.random.split(key, num_seeds)
     if num_seeds is None:
@@ -188,14 +196,13 @@ def global_template(config: DQNConfig, num_devices: int, num_seeds: int | None) 
     """The shapes and dtypes of the global state of ``config`` laid out over ``num_devices``
     (a ``vmap`` with the device axis name stands in for ``pmap``: no devices are needed)."""
     keys = layout_keys(config.seed, num_devices, num_seeds)
-    prng = layout_prng(num_devices, num_seeds)
     if num_devices == 1:
-        init = make_plan(config, **prng).init
+        init = make_plan(config).init
         return jax.eval_shape(init if num_seeds is None else jax.vmap(init), keys)
     if num_seeds is None:
-        plan = make_plan(config, axis_name=AXIS, num_replicas=num_devices, **prng)
+        plan = make_plan(config, axis_name=AXIS, num_replicas=num_devices)
         return jax.eval_shape(jax.vmap(plan.init, axis_name=AXIS), keys)
-    return jax.eval_shape(jax.vmap(jax.vmap(make_plan(config, **prng).init)), keys)
+    return jax.eval_shape(jax.vmap(jax.vmap(make_plan(config).init)), keys)
 
 
 def unreplicate_global(tree: Any, num_devices: int, num_seeds: int | None) -> Any:
@@ -229,12 +236,10 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
     run_values = {k: np.repeat(v, runs // num_trials) for k, v in values.items()}  # [R]
     layout = make_layout(config, runs, num_trials)
     D, S = layout.num_devices, runs
-    prng = layout_prng(D, S)
     if layout.data_parallel:
-        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, axis_name=AXIS, num_replicas=D,
-                         **prng)
+        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, axis_name=AXIS, num_replicas=D)
     else:
-        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, **prng)
+        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch)
     local = _local_devices(layout)
     # Row i of a leaf on local device i: the sharding that pmap's own outputs have.
     sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(local), (AXIS,)),
@@ -247,7 +252,7 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
     stacked = (lambda f: jax.vmap(f)) if S is not None else (lambda f: f)
     if values:  # a sweep: the plan of each run's trial, built from its traced values
         def traced(v: dict[str, Any]) -> "Plan":
-            return make_plan(sweep.traced_config(config, v), before_learn_on_batch=before_learn_on_batch, **prng)
+            return make_plan(sweep.traced_config(config, v), before_learn_on_batch=before_learn_on_batch)
 
         init_one = lambda key, v: traced(v).init(key)  # noqa: E731
         chunk_one = lambda state, v: traced(v).chunk(state)  # noqa: E731
@@ -283,7 +288,7 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
 
         raw = jax.tree_util.tree_map(lambda x: jax.random.key_data(x) if is_key(x) else x, tree)
         full = multihost_utils.process_allgather(raw, tiled=True)
-        rewrap = lambda t, x: jax.random.wrap_key_data(x, impl=key_impl_name(t)) if is_key(t) else x  # noqa: E731
+        rewrap = lambda t, x: jax.random.wrap_key_data(x, impl=key_impl(t)) if is_key(t) else x  # noqa: E731
         return jax.tree_util.tree_map(rewrap, tree, full)
 
     def report_to_host(report: dict[str, Any]) -> dict[str, Any]:
@@ -320,5 +325,5 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
                   replicate=replicate, trial_values=run_values)
 
 
-__all__ = ["AXIS", "Layout", "Runner", "global_template", "is_key", "key_impl_name", "layout_keys", "layout_prng",
+__all__ = ["AXIS", "Layout", "Runner", "global_template", "is_key", "key_impl", "key_impl_name", "layout_keys",
            "make_layout", "make_runner", "resolve_num_devices", "unreplicate_global"]

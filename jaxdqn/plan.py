@@ -55,7 +55,7 @@ from jax import lax
 
 from jaxdqn import acting as acting_
 from jaxdqn import atari, buffers, evaluation, exploration, learner, multiagent, rollout
-from jaxdqn._platform import PRNG_IMPL, plan_key  # noqa: F401 (the plan's random stream; re-exported)
+from jaxdqn._platform import plan_key  # noqa: F401 (the plan's random stream; re-exported)
 from jaxdqn.config import DQNConfig
 from jaxdqn.networks import QNetwork
 from jaxdqn.types import Sample
@@ -408,9 +408,9 @@ def make_acting(config: DQNConfig, *, num_envs: int, buffer_size: int) -> acting
 
 
 def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = None,
-              axis_name: str | None = None, num_replicas: int = 1, prng_impl: str | None = PRNG_IMPL) -> Plan:
+              axis_name: str | None = None, num_replicas: int = 1) -> Plan:
     """The ``Plan`` for ``config``; with ``axis_name``, one replica of ``num_replicas`` (see the
-    module docstring). ``init`` draws from ``plan_key(key, prng_impl)``."""
+    module docstring). ``init`` draws from ``plan_key(key, config.prng_impl)``."""
     if num_replicas > 1 and axis_name is None:
         raise ValueError(f"num_replicas={num_replicas} needs the axis_name of the device axis")
     num_envs, buffer_size, batch_size = split_totals(config, num_replicas)
@@ -503,7 +503,7 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
 
     def init(key: Array) -> TrainState:
         """Fresh learners, empty buffers, primed actors, then the warm-up stores."""
-        key = plan_key(key, prng_impl if axis_name is None else None)
+        key = plan_key(key, config.prng_impl)
         learner_key, key = jax.random.split(key)  # the networks: the same on every replica
         if axis_name is not None:
             key = jax.random.fold_in(key, lax.axis_index(axis_name))

@@ -28,7 +28,8 @@ from jax import lax
 
 from jaxdqn import buffers
 from jaxdqn.buffers import tree_kernels
-from jaxdqn.plan import PRNG_IMPL
+from jaxdqn._platform import prng_spec
+from jaxdqn.config import DQNConfig
 from jaxdqn.types import Transition
 
 ADD, BATCH, PRIORITY_EPS = 10, 128, 1e-6
@@ -159,14 +160,14 @@ def prepare(contender: Contender, capacity: int, iters: int, prng: str) -> tuple
 
     jitted = jax.jit(loop, donate_argnums=0)
     t0 = time.perf_counter()
-    compiled = jitted.lower(filled, jax.random.key(0, impl=prng)).compile()
+    compiled = jitted.lower(filled, jax.random.key(0, impl=prng_spec(prng))).compile()
     compile_s = time.perf_counter() - t0
 
     def run(seed: int) -> float:
         state = jax.tree_util.tree_map(jnp.copy, filled)
         jax.block_until_ready(state)
         t0 = time.perf_counter()
-        jax.block_until_ready(compiled(state, jax.random.key(seed, impl=prng)))
+        jax.block_until_ready(compiled(state, jax.random.key(seed, impl=prng_spec(prng))))
         return (time.perf_counter() - t0) / iters
 
     return compile_s, run
@@ -190,7 +191,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--capacities", type=int, nargs="+", default=[10_000, 1_000_000])
     parser.add_argument("--no-flashbax", action="store_true", help="only time jaxdqn")
-    parser.add_argument("--prng", default=PRNG_IMPL, choices=["philox4x32", "threefry2x32", "rbg"],
+    parser.add_argument("--prng", default=DQNConfig.prng_impl, choices=["philox4x32", "threefry2x32", "rbg"],
                         help="the keys both contenders draw from (default: the plan's, %(default)s)")
     args = parser.parse_args()
 

@@ -53,10 +53,10 @@ def worker(devices: int, seeds: int | None, timesteps: int, repeats: int) -> dic
 
     stacked = (lambda f: jax.vmap(f)) if seeds is not None else (lambda f: f)
     if layout.data_parallel:
-        plan = make_plan(config, axis_name=parallel.AXIS, num_replicas=devices, prng_impl=None)  # see plan_key
+        plan = make_plan(config, axis_name=parallel.AXIS, num_replicas=devices)
         train = jax.pmap(plan.train, axis_name=parallel.AXIS, devices=jax.devices()[:devices])
     elif devices > 1:
-        plan = make_plan(config, prng_impl=None)
+        plan = make_plan(config)
         train = jax.pmap(stacked(plan.train), axis_name=parallel.AXIS, devices=jax.devices()[:devices])
     else:
         plan = make_plan(config)

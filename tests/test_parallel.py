@@ -88,7 +88,7 @@ def test_one_iteration_equals_the_plan_pmapped_by_hand(four):
     trainer, results = four
     config = trainer.config
     plan = make_plan(config, axis_name=parallel.AXIS, num_replicas=4)
-    keys = jax.numpy.stack([jax.random.key(config.seed)] * 4)
+    keys = jax.numpy.stack([jax.random.split(jax.random.key(config.seed), 1)[0]] * 4)  # one run = seed 0
     state = jax.pmap(plan.init, axis_name=parallel.AXIS)(keys)
     _, report = jax.pmap(plan.chunk, axis_name=parallel.AXIS)(state)
     assert stats(results[0])["loss"] == float(report["learner/default_policy/loss"][0])

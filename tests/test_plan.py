@@ -8,9 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jaxdqn import DQNConfig, ModelConfig, SimpleQConfig
-from jaxdqn.plan import PRNG_IMPL, make_plan, make_schedule, make_train, plan_key
+from jaxdqn.plan import make_plan, make_schedule, make_train, plan_key
 
 TINY = dict(buffer_size=2000, learning_starts=64, num_envs_per_worker=4, timesteps_per_iteration=256,
             total_timesteps=512, model=ModelConfig(fcnet_hiddens=(16,)), train_batch_size=16)
@@ -189,17 +191,24 @@ def test_evaluation_vmaps_over_seeds():
     np.testing.assert_allclose(result.episode_return, result.episode_length)  # CartPole: +1 per step
 
 
-def test_the_plan_draws_from_philox_keys_derived_from_any_key():
-    philox = plan_key(jax.random.key(0))
-    assert str(jax.random.key_impl(philox)) == PRNG_IMPL == "philox4x32"
-    assert plan_key(philox) is philox
-    legacy = plan_key(jax.random.PRNGKey(0))  # a raw uint32[2] key: the same 64 bits drawn
+def test_the_plan_draws_from_keys_of_the_configs_prng_impl_derived_from_any_key():
+    from jaxdqn._platform import PHILOX
+
+    assert SimpleQConfig(**TINY).prng_impl == "philox4x32"  # the default
+    philox = plan_key(jax.random.key(0), "philox4x32")
+    assert philox.dtype == jax.random.key(0, impl=PHILOX).dtype
+    assert plan_key(philox, "philox4x32") is philox
+    legacy = plan_key(jax.random.PRNGKey(0), "philox4x32")  # a raw uint32[2] key: the same 64 bits drawn
     np.testing.assert_array_equal(jax.random.key_data(legacy), jax.random.key_data(philox))
-    assert not np.array_equal(jax.random.key_data(plan_key(jax.random.key(1))), jax.random.key_data(philox))
+    assert not np.array_equal(jax.random.key_data(plan_key(jax.random.key(1), "philox4x32")),
+                              jax.random.key_data(philox))
     threefry = jax.random.key(0)
-    assert plan_key(threefry, None) is threefry
-    state = jax.eval_shape(make_plan(SimpleQConfig(**TINY)).init, threefry)
-    assert state.key.dtype == philox.dtype
+    assert plan_key(threefry, "threefry2x32") is threefry
+    np.testing.assert_array_equal(jax.random.key_data(plan_key(jax.random.PRNGKey(0), "threefry2x32")),
+                                  jax.random.key_data(threefry))  # a raw threefry key is wrapped, not redrawn
+    for impl in ("philox4x32", "threefry2x32"):
+        state = jax.eval_shape(make_plan(SimpleQConfig(**TINY, prng_impl=impl)).init, threefry)
+        assert state.key.dtype == jax.random.key(0, impl=PHILOX if impl == "philox4x32" else impl).dtype
 
 
 def count_while_loops(plan):
@@ -215,7 +224,7 @@ def test_an_iteration_compiles_to_straight_line_code_without_rng_loops():
     assert make_schedule(config).stores == make_schedule(config).replays == 1
     assert count_while_loops(make_plan(config)) == 0
     if jax.default_backend() == "cpu":  # the contrast: threefry's loops are XLA:CPU's (a GPU unrolls them)
-        assert count_while_loops(make_plan(config, prng_impl=None)) > 0
+        assert count_while_loops(make_plan(config.replace(prng_impl="threefry2x32"))) > 0
 
 
 # one and several replays per iteration; credit schedules with fewer and more than one per store
@@ -256,3 +265,32 @@ def assert_equal_but_learner_stats(a, b):
             np.testing.assert_array_max_ulp(np.asarray(x), np.asarray(y), maxulp=2)
         else:
             np.testing.assert_array_equal(x, y)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(-2**31, 2**31 - 1), st.integers(0, 2**32 - 1), st.integers(1, 40))
+def test_the_portable_philox_draws_what_jaxs_philox_draws(seed, data, size):
+    """``_platform.PHILOX`` (the high product word from 16-bit halves, so that it lowers on any
+    device layout) against jax's own ``philox4x32``: keys, splits, fold-ins and draws bit for bit."""
+    from jaxdqn._platform import PHILOX
+
+    ours, theirs = jax.random.key(seed, impl=PHILOX), jax.random.key(seed, impl="philox4x32")
+    data_of = lambda k: np.asarray(jax.random.key_data(k))  # noqa: E731
+    np.testing.assert_array_equal(data_of(ours), data_of(theirs))
+    draws = [lambda k: data_of(jax.random.split(k, size)), lambda k: data_of(jax.random.fold_in(k, data)),
+             lambda k: jax.random.bits(k, (size,)), lambda k: jax.random.bits(k, (2, size), jnp.uint8),
+             lambda k: jax.random.uniform(k, (size,)), lambda k: jax.random.randint(k, (size,), 0, 7)]
+    for draw in draws:
+        np.testing.assert_array_equal(np.asarray(draw(ours)), np.asarray(draw(theirs)))
+
+
+def test_the_portable_philox_runs_in_a_multi_device_program():
+    """jax's own Philox does not lower under ``pmap`` (jax 0.10); the plan's does."""
+    from jaxdqn._platform import PHILOX
+
+    devices = jax.local_devices()
+    keys = jax.random.split(jax.random.key(0, impl=PHILOX), len(devices))
+    out = jax.pmap(lambda k: jax.random.uniform(jax.random.fold_in(k, jax.lax.axis_index("d")), (3,)),
+                   axis_name="d")(keys)
+    want = jnp.stack([jax.random.uniform(jax.random.fold_in(k, i), (3,)) for i, k in enumerate(keys)])
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(want))

@@ -42,7 +42,7 @@ def test_train_returns_rllib_results_equal_to_the_plan_chunk():
     trainer = Trainer(CONFIG)
     results = [trainer.train() for _ in range(2)]
     plan = make_plan(CONFIG)
-    state = jax.jit(plan.init)(jax.random.key(CONFIG.seed))
+    state = jax.jit(plan.init)(jax.random.split(jax.random.key(CONFIG.seed), 1)[0])  # one run = seed 0
     chunk = jax.jit(plan.chunk)
     for i, result in enumerate(results, start=1):
         state, report = chunk(state)
@@ -187,13 +187,27 @@ def test_seeds_run_stacked_and_differ():
     assert len({r["info"]["learner"]["default_policy"]["learner_stats"]["loss"] for r in results}) == 3
     assert len(trainer.evaluate()) == 3
     # Seed k of a stacked Trainer is split(key(seed), S)[k]: the same run as make_plan alone
-    # with that threefry key kept (seeds keep it on every layout, see parallel.make_runner).
-    plan = make_plan(CONFIG, prng_impl=None)
+    # with that key (parallel.layout_keys).
+    plan = make_plan(CONFIG)
     state = jax.jit(plan.init)(jax.random.split(jax.random.key(CONFIG.seed), 3)[1])
     _, report = jax.jit(plan.chunk)(state)
     assert results[1]["timesteps_total"] == int(report["num_steps_sampled"])
     assert results[1]["info"]["learner"]["default_policy"]["learner_stats"]["loss"] == pytest.approx(
         float(report["learner/default_policy/loss"]), rel=1e-5)
+
+
+def test_one_run_is_seed_0_of_a_stacked_run():
+    """One PRNG implementation in every layout, and one run's key is seed 0's: the warm-up (env
+    steps and exploration draws only) stores the same transitions bit for bit, and training
+    reports the same statistics up to float rounding (vmap batches the matmuls differently)."""
+    one, stacked = Trainer(CONFIG), Trainer(CONFIG, num_seeds=2)
+    seed_0 = jax.tree_util.tree_map(lambda x: x[0], stacked.state.buffer)
+    for x, y in zip(jax.tree_util.tree_leaves(one.state.buffer), jax.tree_util.tree_leaves(seed_0), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    a, b = one.train(), stacked.train()[0]
+    assert a["episodes_total"] == b["episodes_total"] and a["timesteps_total"] == b["timesteps_total"]
+    for k, v in a["info"]["learner"]["default_policy"]["learner_stats"].items():
+        assert v == pytest.approx(b["info"]["learner"]["default_policy"]["learner_stats"][k], rel=1e-4, abs=1e-6), k
 
 
 def test_bad_arguments_are_refused_before_anything_compiles():
