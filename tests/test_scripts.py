@@ -1,6 +1,7 @@
 """The benchmark scripts still run (tiny sizes; the numbers themselves are not checked here).
 Behind the ``bench`` marker: ``python -m pytest -m bench``."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,11 @@ def test_bench_atari_runs_and_prints_its_rows():
                          cwd=ROOT, capture_output=True, text=True, timeout=900, check=True).stdout
     rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith(("| ALE", "| DQN"))]
     assert rows == ["ALE only", "DQN (pong-dqn.yaml)"], out
+
+
+def test_bench_prng_runs_and_prints_every_implementation():
+    out = subprocess.run([sys.executable, "scripts/bench_prng.py", "--repeats", "1"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900, check=True).stdout
+    medians = json.loads(out.splitlines()[-1])["seconds_per_chunk"]
+    assert set(medians) == {"portable philox4x32", "jax philox4x32", "threefry2x32"}, out
+    assert all(seconds > 0 for seconds in medians.values()), out
