@@ -10,10 +10,17 @@ Semantics that differ from a gymnax env, and how the plan handles them:
 - The ALE holds the environments' state in C++; the carried state is a handle that orders the
   calls. One ``AtariEnv`` is one batch of ``num_envs`` games, so seeds cannot be vmapped (a seed
   is a process) and a checkpoint holds no game state (a restored run starts new episodes).
-- Next-step autoreset: the step after an episode's end ignores the action and returns the first
-  observation of the next episode (reward 0, neither terminated nor truncated). That step is no
+- Next-step autoreset: the step after a game's end ignores the action and returns the first
+  observation of the next game (reward 0, neither terminated nor truncated). That step is no
   transition: ``EnvStep.valid`` is False there and the store step drops it (``buffers.add``'s
-  mask), and it counts toward no episode.
+  mask); the scored episode (the game) ends there (``EnvStep.episode_end``), adding neither
+  reward nor length.
+- Episodic life (``episodic_life``, on by default, as RLlib's ``wrap_deepmind`` and DeepMind's
+  protocol): each lost life terminates (no bootstrap across it) without ending the scored
+  episode, the whole game (the ALE's ``life_loss_info``: it resets only after a game over). A
+  termination is then a game over when the next step is the ALE's reset, recognised by its
+  ``episode_frame_number`` falling back; a game shorter than its own reset (no-ops and FIRE, at
+  most about 130 frames) would go unrecognised.
 - Rewards are the game's; RLlib's ``clip_rewards`` (None: sign clipping for Atari, as RLlib's
   DeepMind preprocessing) clips what is stored, so returns stay the game's scores.
 
@@ -38,7 +45,7 @@ Array = jax.Array
 
 # ALE's options that env_params may set, with the defaults of DeepMind's preprocessing.
 OPTIONS = {"repeat_action_probability": 0.0, "full_action_space": False, "noop_max": 30, "frameskip": 4,
-           "episodic_life": False, "img_height": 84, "img_width": 84, "stack_num": 4,
+           "episodic_life": True, "img_height": 84, "img_width": 84, "stack_num": 4,
            "max_num_frames_per_episode": 108_000, "use_fire_reset": True}
 
 
@@ -57,10 +64,11 @@ def default_options(name: str) -> dict[str, Any]:
 
 @struct.dataclass
 class AtariState:
-    """The ALE's handle (orders the calls) and where the last step ended an episode ``[E]``."""
+    """The ALE's handle (orders the calls) and the last step's outcome per game."""
 
     handle: Array  # uint8[8]
-    ended: Array  # bool [E]
+    done: Array  # bool [E]: the last step terminated or truncated
+    frame: Array  # int32 [E]: the last step's episode_frame_number
 
 
 class AtariEnv:
@@ -84,8 +92,11 @@ class AtariEnv:
             raise ValueError(f"env_params {unknown} are not ALE options; valid: {sorted(options)}")
         options.update(overrides)
         self.name, self.num_envs, self.options = name, num_envs, options
+        self.episodic_life = bool(options["episodic_life"])
+        ale_options = {k: v for k, v in options.items() if k != "episodic_life"}
+        # The ALE's own episodic_life would also end the scored episode at each life.
         self.vector = AtariVectorEnv(game, num_envs, reward_clipping=False, grayscale=True, maxpool=True,
-                                     **options)
+                                     episodic_life=False, life_loss_info=self.episodic_life, **ale_options)
         self.handle, self._reset, self._step = self.vector.xla()
         stack, height, width = self.vector.single_observation_space.shape
         self.obs_shape = (height, width, stack)
@@ -94,18 +105,23 @@ class AtariEnv:
     def reset_all(self, key: Array) -> tuple[Array, AtariState]:
         """Fresh episodes in every game (seeded from ``key``): ``(obs [E, H, W, S] uint8, state)``."""
         seeds = jax.random.randint(key, (self.num_envs,), 0, 2**31 - 1, jnp.int32)
-        handle, (obs, _) = self._reset(self.handle, seed=seeds)
-        return channels_last(obs), AtariState(handle=handle, ended=jnp.zeros((self.num_envs,), bool))
+        handle, (obs, info) = self._reset(self.handle, seed=seeds)
+        return channels_last(obs), AtariState(handle=handle, done=jnp.zeros((self.num_envs,), bool),
+                                              frame=info["episode_frame_number"].astype(jnp.int32))
 
     def step_all(self, state: AtariState, action: Array) -> tuple[Any, AtariState]:
         """One step of every game: ``(envs.EnvStep, state)``; see the module docstring for ``valid``."""
-        handle, (obs, reward, terminated, truncated, _) = self._step(state.handle, action.astype(jnp.int32))
+        handle, (obs, reward, terminated, truncated, info) = self._step(state.handle, action.astype(jnp.int32))
         obs = channels_last(obs)
         terminated, truncated = terminated.astype(bool), truncated.astype(bool)
         truncated = truncated & ~terminated
+        frame = info["episode_frame_number"].astype(jnp.int32)
+        # This step is the ALE's reset: after any end without episodic life; with it, after the
+        # termination that was a game over (not a lost life), where the frame count restarts.
+        reset = state.done & (frame < state.frame) if self.episodic_life else state.done
         step = EnvStep(obs=obs, next_obs=obs, reward=reward.astype(jnp.float32), terminated=terminated,
-                       truncated=truncated, valid=~state.ended)
-        return step, AtariState(handle=handle, ended=terminated | truncated)
+                       truncated=truncated, valid=~reset, episode_end=reset)
+        return step, AtariState(handle=handle, done=terminated | truncated, frame=frame)
 
 
 def channels_last(obs: Array) -> Array:

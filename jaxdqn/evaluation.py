@@ -18,6 +18,7 @@ from jax import lax
 
 from jaxdqn import envs, exploration
 from jaxdqn.networks import QNetwork
+from jaxdqn.types import episode_ended
 
 Array = jax.Array
 
@@ -103,7 +104,7 @@ def make_evaluate(spec: envs.EnvSpec, network: QNetwork, num_episodes: int,
             else:
                 action = greedy_actions(network, params, obs)
             out, env_state = envs.step(spec, key, env_state, action)
-            return out.obs, env_state, memory, out.reward, out.terminated | out.truncated
+            return out.obs, env_state, memory, out.reward, episode_ended(out)
 
         memory = network.initial_state(num_episodes) if network.use_lstm else ()
         return run_episodes(lambda k: envs.reset(spec, k, num_episodes), step, memory, num_episodes, limit, key)

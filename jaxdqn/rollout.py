@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxdqn import buffers, envs, losses
-from jaxdqn.types import SequenceItem, Transition
+from jaxdqn.types import SequenceItem, Transition, episode_ended
 
 Array = jax.Array
 
@@ -113,7 +113,7 @@ def run_steps(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState
         else:
             action = policy(params, actor.obs, act_key)
         out, env_state = envs.step(spec, env_key, actor.env_state, action)
-        done = out.terminated | out.truncated
+        done = episode_ended(out)
         ret = actor.episode_return + out.reward
         length = actor.episode_length + (1 if out.valid is None else out.valid.astype(jnp.int32))
         raw = RawStep(obs=actor.obs, action=action.astype(jnp.int32), reward=out.reward,

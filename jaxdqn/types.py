@@ -101,3 +101,11 @@ class EnvStep(NamedTuple):
     terminated: Array  # bool
     truncated: Array  # bool
     valid: Array | None = None  # bool: the step is a transition (batched envs' autoreset steps are not)
+    # bool: the scored episode ended (None: where terminated | truncated). An ALE batch ends it at
+    # the autoreset step after a game over, so a lost life can terminate without ending it.
+    episode_end: Array | None = None
+
+
+def episode_ended(step: EnvStep) -> Array:
+    """Where the scored episode ended at ``step`` (``EnvStep.episode_end``)."""
+    return step.terminated | step.truncated if step.episode_end is None else step.episode_end

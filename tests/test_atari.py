@@ -52,6 +52,32 @@ def test_the_step_after_an_episode_end_is_marked_as_no_transition():
     assert set(np.unique(reward[valid])) <= {-1.0, 0.0, 1.0}
 
 
+@pytest.mark.parametrize("episodic_life", [True, False])
+def test_episodic_life_terminates_at_each_lost_life_and_scores_whole_games(episodic_life):
+    """Breakout (5 lives), random play through the real ALE: with episodic life every lost life
+    is a termination (the learner does not bootstrap across it) and the scored episode, ended at
+    the ALE's reset step, is the whole game: 5 terminations per game; without it, 1."""
+    spec = envs.make_env("BreakoutNoFrameskip-v4", {"img_height": 42, "img_width": 42, "episodic_life": episodic_life},
+                         num_envs=2)
+    _, state = envs.reset(spec, jax.random.key(0), 2)
+
+    def body(state, key):
+        out, state = envs.step(spec, key, state, jax.random.randint(key, (2,), 0, 4))
+        return state, (out.terminated | out.truncated, out.valid, out.episode_end, out.reward)
+
+    _, (done, valid, end, reward) = jax.lax.scan(body, state, jax.random.split(jax.random.key(1), 1500))
+    done, valid, end, reward = map(np.asarray, (done, valid, end, reward))
+    np.testing.assert_array_equal(valid, ~end)  # the reset step is the game's end, and no transition
+    after_done = np.zeros_like(done)
+    after_done[1:] = done[:-1]
+    assert not np.any(end & ~after_done) and np.all(reward[end] == 0)  # a reset follows a termination
+    for env in range(2):
+        ends = np.flatnonzero(end[:, env])
+        assert len(ends) >= 2, "random Breakout ends a game within 1500 steps"
+        per_game = [int(done[a + 1:b, env].sum()) for a, b in zip(ends[:-1], ends[1:])]
+        assert per_game == [5 if episodic_life else 1] * len(per_game), per_game
+
+
 def test_trainer_stores_only_real_transitions_and_scores_whole_episodes(tmp_path):
     trainer = Trainer(DQNConfig(**SMALL))
     for _ in range(2):
@@ -59,10 +85,9 @@ def test_trainer_stores_only_real_transitions_and_scores_whole_episodes(tmp_path
     state = trainer.state
     sampled = int(state.metrics.num_steps_sampled)
     ended = int(state.metrics.episodes_total)
-    pending = int(jnp.sum(state.actor.env_state.ended))  # episodes whose reset step is still to come
     assert ended >= 1, result
-    # Every env step is one transition (n_step 1), except the reset step after each episode end.
-    assert int(buffers.size(state.buffer["default_policy"])) == sampled - (ended - pending)
+    # Every env step is one transition (n_step 1), except the reset step that ends each game.
+    assert int(buffers.size(state.buffer["default_policy"])) == sampled - ended
     # Pong scores: -21..21 per game, unclipped (clipping applies to what is stored).
     assert -21 <= result["episode_reward_mean"] <= 21 and result["episode_len_mean"] > 100
     assert float(jnp.max(jnp.abs(state.buffer["default_policy"].storage.reward))) <= 1.0
