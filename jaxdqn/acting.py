@@ -81,7 +81,7 @@ def single_agent(config: DQNConfig, *, num_envs: int, buffer_size: int) -> Actin
             raise ValueError(f"buffer_size={config.buffer_size} holds {capacity} sequences of {seq_len} steps per "
                              f"device, fewer than the {per_store_items} that one store step adds; raise buffer_size")
     spec = envs.make_env(config.env, config.env_params, num_envs=num_envs)
-    network = make_network(config, spec.num_actions)
+    network = make_network(config.model, config.head, spec.num_actions)
     # RLlib's clip_rewards=None: sign clipping for Atari (its DeepMind preprocessing), none else.
     clip_rewards = True if config.clip_rewards is None and atari.is_atari(config.env) else config.clip_rewards
     view = rollout.make_view(clip_rewards=clip_rewards, no_done_at_end=config.no_done_at_end)

@@ -225,6 +225,20 @@ class ModelConfig:
 
 
 # DQNConfig keys a policy of a multi-agent run may override (they shape only its own learner).
+@dataclasses.dataclass(frozen=True)
+class QHeadConfig:
+    """The Q head above the model's torso, from RLlib's flat DQN keys (``DQNConfig.head``): what
+    ``networks.make_network`` needs besides the ``ModelConfig``. Validated by ``DQNConfig``."""
+
+    hiddens: tuple[int, ...] = (256,)
+    dueling: bool = True
+    num_atoms: int = 1
+    v_min: float = -10.0
+    v_max: float = 10.0
+    noisy: bool = False
+    sigma0: float = 0.5
+
+
 POLICY_KEYS = ("lr", "lr_schedule", "gamma", "adam_epsilon", "grad_clip", "hiddens", "dueling", "double_q",
                "num_atoms", "v_min", "v_max", "noisy", "sigma0", "td_error_loss_fn", "model",
                "target_network_update_freq", "tau")
@@ -513,6 +527,12 @@ class DQNConfig:
         that cover ``buffer_size`` timesteps (each brings ``sequence_length - burn_in`` new ones)."""
         return max(1, self.buffer_size // (self.sequence_length - self.burn_in)) if self.model.use_lstm \
             else self.buffer_size
+
+    @property
+    def head(self) -> QHeadConfig:
+        """The Q head's keys as the sub-config ``networks.make_network`` takes."""
+        return QHeadConfig(hiddens=self.hiddens, dueling=self.dueling, num_atoms=self.num_atoms, v_min=self.v_min,
+                           v_max=self.v_max, noisy=self.noisy, sigma0=self.sigma0)
 
     @property
     def num_envs(self) -> int:

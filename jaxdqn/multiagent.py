@@ -87,7 +87,8 @@ def make_acting(config: DQNConfig, *, num_envs: int, buffer_size: int) -> acting
                          "env_params done_when='any' (the joint episode ends at the first agent's end); "
                          "with done_when='all' (RLlib's make_multi_agent) use replay_mode='independent'")
     configs = {pid: policy_config(config, overrides) for pid, overrides in multi.policies}
-    networks = {pid: make_network(configs[pid], spec.num_actions[groups[pid][0]]) for pid in pids}
+    networks = {pid: make_network(configs[pid].model, configs[pid].head, spec.num_actions[groups[pid][0]])
+                for pid in pids}
     per_store = {pid: config.rollout_fragment_length * num_envs * (1 if lockstep else len(groups[pid])) for pid in pids}
     if max(per_store.values()) > buffer_size:
         raise ValueError(f"buffer_size={config.buffer_size} holds fewer items per device than one store step adds "

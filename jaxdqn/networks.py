@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxdqn import _platform
-from jaxdqn.config import DQNConfig
+from jaxdqn.config import ModelConfig, QHeadConfig
 
 Array = jax.Array
 
@@ -235,22 +235,22 @@ class QNetwork(nn.Module):
         return self.head(outputs, deterministic), state
 
 
-def make_network(config: DQNConfig, num_actions: int) -> QNetwork:
-    """The ``QNetwork`` a config describes."""
-    model = config.model
+def make_network(model: ModelConfig, head: QHeadConfig, num_actions: int) -> QNetwork:
+    """The ``QNetwork`` of a torso (``ModelConfig``, RLlib's ``model``) and a Q head
+    (``DQNConfig.head``: ``hiddens``, ``dueling``, C51's atoms, noisy layers)."""
     return QNetwork(
         num_actions=num_actions,
         fcnet_hiddens=model.fcnet_hiddens,
         fcnet_activation=model.fcnet_activation,
         conv_filters=model.conv_filters,
         conv_activation=model.conv_activation,
-        hiddens=config.hiddens,
-        dueling=config.dueling,
-        num_atoms=config.num_atoms,
-        v_min=config.v_min,
-        v_max=config.v_max,
-        noisy=config.noisy,
-        sigma0=config.sigma0,
+        hiddens=head.hiddens,
+        dueling=head.dueling,
+        num_atoms=head.num_atoms,
+        v_min=head.v_min,
+        v_max=head.v_max,
+        noisy=head.noisy,
+        sigma0=head.sigma0,
         use_lstm=model.use_lstm,
         lstm_cell_size=model.lstm_cell_size,
     )

@@ -34,7 +34,8 @@ def time_steps(config: dict, obs_shape: tuple[int, ...], steps: int, repeats: in
     original = _platform.conv_as_matmul
     _platform.conv_as_matmul = lambda: as_matmul
     try:
-        net = make_network(DQNConfig(**config), 6)
+        dqn = DQNConfig(**config)
+        net = make_network(dqn.model, dqn.head, 6)
         obs = jax.random.uniform(jax.random.key(0), (32,) + obs_shape)
         params = net.init({"params": jax.random.key(1), "noise": jax.random.key(2)}, obs)
         opt = optax.adam(1e-4)

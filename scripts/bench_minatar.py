@@ -48,7 +48,7 @@ def tuned_config(timesteps: int) -> DQNConfig:
 def make_floor(config: DQNConfig) -> Callable[[jax.Array], Any]:
     """Env step + greedy action every frame; one SGD step per frame after the warm-up."""
     spec = envs.make_env(config.env, config.env_params)
-    network = make_network(config, spec.num_actions)
+    network = make_network(config.model, config.head, spec.num_actions)
     optimizer = make_optimizer(config)
     batch_size = config.train_batch_size
 

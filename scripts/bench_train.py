@@ -60,7 +60,7 @@ def make_floor(config: DQNConfig) -> Callable[[jax.Array], Any]:
     """Env step + greedy action for every step; one SGD step (same network, loss, optimizer) on
     a fixed batch per 10 env steps once learning starts. No replay, no exploration, no metrics."""
     spec = envs.make_env(config.env)
-    network = make_network(config, spec.num_actions)
+    network = make_network(config.model, config.head, spec.num_actions)
     optimizer = optax.adam(config.lr)
     iterations = config.total_timesteps // NUM_ENVS
     warmup = config.learning_starts // NUM_ENVS

@@ -33,7 +33,7 @@ def probe_batch():
 
 def probe_setup(config):
     """Network, fresh learner state, train step and the probe batch as a uniform sample."""
-    net = make_network(config, 2)
+    net = make_network(config.model, config.head, 2)
     opt = learner.make_optimizer(config)
     batch = probe_batch()
     state = learner.init(net, opt, jax.random.key(0), batch.obs)
@@ -78,7 +78,7 @@ def test_gradients_are_averaged_across_4_devices():
 
 def check_gradients_are_averaged(devices):
     config = DQNConfig(model=ModelConfig(fcnet_hiddens=(16,)), hiddens=(16,), lr=1e-2, grad_clip=None)
-    net = make_network(config, 3)
+    net = make_network(config.model, config.head, 3)
     opt = learner.make_optimizer(config)
     k = jax.random.split(jax.random.key(0), 4)
     b = 32
@@ -126,7 +126,7 @@ def test_train_step_traces_once():
 def test_target_syncs_when_more_than_freq_steps_were_sampled(step, want):
     """RLlib 1.x's UpdateTargetNetwork: sync when sampled - last_update > freq."""
     config = DQNConfig(model=ModelConfig(fcnet_hiddens=(4,)), hiddens=(4,))
-    net = make_network(config, 2)
+    net = make_network(config.model, config.head, 2)
     opt = learner.make_optimizer(config)
     state = learner.init(net, opt, jax.random.key(0), jnp.zeros((1, 2)))
     synced_at, last = [], 0

@@ -24,7 +24,8 @@ RNGS = {"params": jax.random.key(0), "noise": jax.random.key(1)}
     ],
 )
 def test_shapes(changes, obs_shape):
-    net = make_network(DQNConfig(**changes), 5)
+    config = DQNConfig(**changes)
+    net = make_network(config.model, config.head, 5)
     obs = jnp.ones((3,) + obs_shape)
     params = net.init(RNGS, obs)
     out = net.apply(params, obs, rngs={"noise": jax.random.key(2)})

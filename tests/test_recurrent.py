@@ -46,7 +46,7 @@ def recurrent_setup(burn_in=2, n_step=1, double_q=True, with_state=False):
     config = DQNConfig(model=ModelConfig(fcnet_hiddens=(8,), use_lstm=True, lstm_cell_size=8),
                        hiddens=(8,), replay_sequence_length=6, burn_in=burn_in, prioritized_replay=True,
                        gamma=GAMMA, n_step=n_step, double_q=double_q, buffer_size=600)
-    net = make_network(config, 2)
+    net = make_network(config.model, config.head, 2)
     opt = learner.make_optimizer(config)
     items = sequence_items(with_state=with_state)
     state = learner.init(net, opt, jax.random.key(0), items.data.obs)

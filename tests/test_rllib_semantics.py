@@ -159,7 +159,7 @@ def test_mean_td_error_is_q_minus_target_as_rllib_reports_it():
     """A terminal transition with reward -100: the target is -100 and Q is near 0, so RLlib's
     mean_td_error (Q - target) is about +100."""
     config = SimpleQConfig(model=ModelConfig(fcnet_hiddens=(8,)), train_batch_size=4)
-    net = make_network(config, 2)
+    net = make_network(config.model, config.head, 2)
     opt = learner.make_optimizer(config)
     obs = jnp.eye(4, 3)
     items = Transition(obs=obs, action=jnp.zeros(4, jnp.int32), reward=jnp.full(4, -100.0),
