@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple
 
 import jax
-import jax.numpy as jnp
 
 from jaxdqn import atari, envs, evaluation, exploration, rollout
 from jaxdqn.config import DQNConfig
@@ -54,7 +53,9 @@ class Acting(NamedTuple):
     policy_mapping: dict[str, str] | None  # agent id -> policy id (multi-agent envs; None for one agent)
     primed_steps: int  # env steps per env that ``prime`` takes (counted as sampled)
     init: Callable[[Array], Any]  # key -> a fresh actor
-    prime: Callable[..., tuple[Any, rollout.Episodes, dict[str, rollout.Episodes]]]  # as ``fragment``, no items
+    # (params, eps, actor, key) -> (actor, episodes, policy episodes): the first ``primed_steps``
+    # steps into the n-step look-ahead (no items); None when ``primed_steps`` is 0
+    prime: Callable[..., tuple[Any, rollout.Episodes, dict[str, rollout.Episodes]]] | None
     fragment: Fragment
     network_input: Callable[[Any], dict[str, Array]]  # actor -> an example network input per policy
     batch: Callable[[str, Sample], Sample]  # (policy id, its buffer's sample) -> the policy's training batch
@@ -107,10 +108,7 @@ def single_agent(config: DQNConfig, *, num_envs: int, buffer_size: int) -> Actin
                 burn_in=burn_in, gamma=config.gamma, zero_init_states=config.zero_init_states, view=view)
             return actor, {DEFAULT_POLICY: (items, None)}, episodes, {}
 
-        def prime(params, eps, actor, key):  # sequences need no look-ahead
-            none = rollout.Episodes(done=jnp.zeros((0, num_envs), bool), episode_return=jnp.zeros((0, num_envs)),
-                                    episode_length=jnp.zeros((0, num_envs), jnp.int32))
-            return actor, none, {}
+        prime = None  # sequences need no look-ahead: the pending steps are the next slice's burn-in
 
         def network_input(actor):
             return {DEFAULT_POLICY: actor.obs[:, None]}
