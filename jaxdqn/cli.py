@@ -421,7 +421,9 @@ def train_sweep(args: argparse.Namespace, run: Run, loggers: list[str], checkpoi
         for members in programs:  # every program is checked before any compiles
             keys = sweep.differing_keys([configs[i] for i in members])
             overrides = [{k: sweep.flat_keys(configs[i])[k] for k in keys} for i in members]
-            trainers.append(Trainer(configs[members[0]], num_seeds=seeds, trials=overrides))
+            # A program of one trial is a plain run (an Atari trial is always one: no vmapped trials).
+            trainers.append(Trainer(configs[members[0]], num_seeds=seeds,
+                                    trials=overrides if len(members) > 1 else None))
     every, keep, at_end = checkpoints
     experiment = pathlib.Path(args.out) if args.out else default_folder(run, algo, run.config.env)
     writer = trainers[0].layout.process_index == 0
@@ -441,12 +443,14 @@ def train_sweep(args: argparse.Namespace, run: Run, loggers: list[str], checkpoi
                     loggers_of[i] = (RunLogger(folders[i], seeds, loggers, params=params, group=experiment.name)
                                      if writer else None)
         summary = []
-        for k, (members, trainer) in enumerate(zip(programs, trainers)):
+        for k, members in enumerate(programs):
+            trainer, trainers[k] = trainers[k], None  # a finished program's state (its replay) is freed
             say(f"program {k + 1}/{len(programs)}: trials {members}, {trainer.layout.describe()}")
             program_dir = experiment / f"program_{k}"
             outcome = run_loop(trainer, stop_of(run, configs[members[0]]), [loggers_of[i] for i in members],
                                program_dir, every, keep, quiet, label=f"program {k + 1}/{len(programs)}")
             path = trainer.save(program_dir, keep=keep) if at_end else ""
+            del trainer
             for i, (results, reason) in zip(members, outcome):
                 summary.append((i, results, reason, path))
     finally:

@@ -192,17 +192,19 @@ def make_plan(config: DQNConfig, **kwargs: Any) -> "Plan":
     return plan.make_plan(config, **kwargs)
 
 
-def global_template(config: DQNConfig, num_devices: int, num_seeds: int | None) -> Any:
+def global_template(config: DQNConfig, num_devices: int, num_seeds: int | None, plan: "Plan | None" = None) -> Any:
     """The shapes and dtypes of the global state of ``config`` laid out over ``num_devices``
-    (a ``vmap`` with the device axis name stands in for ``pmap``: no devices are needed)."""
+    (a ``vmap`` with the device axis name stands in for ``pmap``: no devices are needed).
+    ``plan``: the layout's plan when one is built already (else one is made: an ALE batch each)."""
     keys = layout_keys(config.seed, num_devices, num_seeds)
+    data_parallel = num_devices > 1 and num_seeds is None
+    if plan is None:
+        plan = make_plan(config, axis_name=AXIS, num_replicas=num_devices) if data_parallel else make_plan(config)
     if num_devices == 1:
-        init = make_plan(config).init
-        return jax.eval_shape(init if num_seeds is None else jax.vmap(init), keys)
-    if num_seeds is None:
-        plan = make_plan(config, axis_name=AXIS, num_replicas=num_devices)
+        return jax.eval_shape(plan.init if num_seeds is None else jax.vmap(plan.init), keys)
+    if data_parallel:
         return jax.eval_shape(jax.vmap(plan.init, axis_name=AXIS), keys)
-    return jax.eval_shape(jax.vmap(jax.vmap(make_plan(config).init)), keys)
+    return jax.eval_shape(jax.vmap(jax.vmap(plan.init)), keys)
 
 
 def unreplicate_global(tree: Any, num_devices: int, num_seeds: int | None) -> Any:
@@ -248,7 +250,7 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
 
     seeds = config.seed if trials is None else [t.seed for t in trials]
     keys = lambda: layout_keys(seeds, D, S)  # noqa: E731
-    template = lambda: global_template(config, D, S)  # noqa: E731
+    template = lambda: global_template(config, D, S, plan)  # noqa: E731
     stacked = (lambda f: jax.vmap(f)) if S is not None else (lambda f: f)
     if values:  # a sweep: the plan of each run's trial, built from its traced values
         def traced(v: dict[str, Any]) -> "Plan":

@@ -92,10 +92,13 @@ FIXED_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "model.custom_preprocessor": ((None,), "there are no preprocessors"),
 }
 
-# RENAMED: later RLlib 1.x names of the same setting.
+# RENAMED: later RLlib names of the same setting (1.x's last names, and Ray 2.0's, which its
+# tuned examples such as atari-duel-ddqn.yaml use).
 RENAMED_KEYS = {"metrics_num_episodes_for_smoothing": "metrics_smoothing_episodes",
                 "min_time_s_per_reporting": "min_iter_time_s",
-                "min_sample_timesteps_per_reporting": "timesteps_per_iteration"}
+                "min_time_s_per_iteration": "min_iter_time_s",
+                "min_sample_timesteps_per_reporting": "timesteps_per_iteration",
+                "min_sample_timesteps_per_iteration": "timesteps_per_iteration"}
 
 
 def _fixed(key: str, value: Any) -> None:

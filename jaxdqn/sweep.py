@@ -7,7 +7,9 @@ in Tune's order (the grid keys sorted by path, the first varying fastest). Trial
 one of ``TRACED_KEYS`` (values the plan can take as traced arrays: learning rate, discount,
 epsilon schedule, target period, Polyak ``tau``, prioritized-replay exponents, ...) or ``seed``
 (the trial's init keys). Any other difference (network sizes, batch, buffer, n-step, training
-intensity, env ...) changes shapes or the static schedule, so such trials compile apart.
+intensity, env ...) changes shapes or the static schedule, so such trials compile apart. A
+trial on an Atari env is a program of its own: its ALE batch is one stateful emulator, which
+cannot be vmapped (RLlib's atari-duel-ddqn.yaml sweeps four games: four programs, run in turn).
 
 Inside a program, ``traced_config(config, values)`` is ``config`` with the swept fields replaced
 by the values of one trial (tracers under ``vmap``); every trial's concrete config has been
@@ -28,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdqn.config import NESTED, DQNConfig, to_dict
+from jaxdqn.config import NESTED, DQNConfig, atari_game, to_dict
 
 # Config keys whose value the plan may take as a traced array (``nested.key`` for sub-configs).
 # Each is tested to give the same run traced as written out (tests/test_sweep.py).
@@ -136,7 +138,8 @@ def check_effective(configs: Sequence[DQNConfig], differing: Sequence[str]) -> N
 def group_trials(configs: Sequence[DQNConfig]) -> list[list[int]]:
     """Trial indices grouped into programs (order kept): trials share a program when they differ
     only in ``TRACED_KEYS`` (numbers in every trial: ``grad_clip`` None against 40 is a change
-    of structure) and ``seed``. A swept key without effect is refused (``check_effective``)."""
+    of structure) and ``seed``, and their env can be vmapped (an Atari trial is alone: its ALE
+    batch is one emulator). A swept key without effect is refused (``check_effective``)."""
     if any(type(c) is not type(configs[0]) for c in configs):
         raise ValueError("the trials of a sweep must all be of one algorithm")
     flats = [flat_keys(c) for c in configs]
@@ -150,7 +153,8 @@ def group_trials(configs: Sequence[DQNConfig]) -> list[list[int]]:
 
     groups: dict[str, list[int]] = {}
     for i, flat in enumerate(flats):
-        groups.setdefault(signature(flat), []).append(i)
+        alone = f"alone {i}" if atari_game(configs[i].env) is not None else ""
+        groups.setdefault(signature(flat) + alone, []).append(i)
     return list(groups.values())
 
 

@@ -112,6 +112,52 @@ def warn_without_kernels(config: DQNConfig) -> None:
                       stacklevel=3)
 
 
+def available_memory(device: Any) -> tuple[int, str] | None:
+    """``(bytes, what they are)`` that one run's state may take on ``device``: an accelerator's
+    allocator limit, or the host's available memory for the CPU (Linux); None where unknown."""
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # noqa: BLE001 - a backend without memory statistics
+        stats = {}
+    if "bytes_limit" in stats:
+        return int(stats["bytes_limit"]), f"{device.platform.upper()} memory of one device"
+    if device.platform == "cpu":
+        try:
+            with open("/proc/meminfo") as f:
+                fields = dict(line.split(":", 1) for line in f)
+            return int(fields["MemAvailable"].split()[0]) * 1024, "available host memory"
+        except (OSError, KeyError, ValueError):
+            return None
+    return None
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def check_memory(config: DQNConfig, runner: parallel.Runner) -> None:
+    """Refuse, before anything is allocated or compiled, a run whose state (replay storage above
+    all) cannot fit in memory, naming ``buffer_size`` and the largest that would fit: a 1M-item
+    buffer of 84x84x4 frames (obs and next_obs) is 56 GB, which otherwise ends as an
+    out-of-memory crash minutes into a run. CPU devices of one process share the host's memory."""
+    layout = runner.layout
+    template = runner.template()
+    nbytes = lambda tree: sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree))  # noqa: E731
+    device = jax.local_devices()[0]
+    share = layout.num_processes if device.platform == "cpu" else layout.num_devices
+    state, buffer = nbytes(template) / share, nbytes(template.buffer) / share
+    limit = available_memory(device)
+    if limit is None or state <= limit[0]:
+        return
+    # Replay storage grows in proportion to buffer_size (the trees of prioritized replay up to a
+    # power of two): scale it down to what is left beside the rest of the state.
+    fits = int(config.buffer_size * max(0.0, limit[0] - (state - buffer)) / max(buffer, 1.0))
+    raise ValueError(f"buffer_size={config.buffer_size} (RLlib's replay_buffer_config.capacity) does not fit: the "
+                     f"training state needs {_gib(state)} ({_gib(buffer)} of it replay storage) but the "
+                     f"{limit[1]} is {_gib(limit[0])}; lower buffer_size to about {fits} or less"
+                     f"{', or run fewer seeds' if layout.num_seeds else ''}")
+
+
 def apply_overrides(config: DQNConfig, overrides: Mapping[str, Any]) -> DQNConfig:
     """``config`` with a trial's ``overrides`` (our keys; ``a.b`` or nested mappings reach into
     the sub-configs ``config.NESTED``), validated."""
@@ -178,6 +224,7 @@ class Trainer:
         self.trial_configs = trial_configs
         self.runner = parallel.make_runner(config, num_seeds, before_learn_on_batch=before_learn_on_batch,
                                            trials=trial_configs)
+        check_memory(config, self.runner)
         self.layout = self.runner.layout
         self.plan = self.runner.plan
         multi = config.multiagent

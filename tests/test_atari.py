@@ -124,3 +124,69 @@ def test_rllib_pong_dqn_yaml_runs_unchanged(tmp_path):
     assert params["learning_starts"] == 10_000 and params["buffer_size"] == 50_000 and params["prioritized_replay"]
     result = json.loads((tmp_path / "result.json").read_text().splitlines()[-1])
     assert result["timesteps_total"] >= 10_500
+
+
+def test_rllib_atari_duel_ddqn_yaml_is_one_program_per_game_and_its_replay_is_sized_first(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """RLlib's atari-duel-ddqn.yaml, unchanged: its env grid_search is four games, each a program
+    of its own with RLlib's dueling double-Q settings. Its replay (1M transitions of two 84x84x4
+    uint8 stacks: 56.4 GB) is checked against memory before anything is allocated or compiled;
+    the test fixes the memory so that the outcome does not depend on the machine."""
+    from jaxdqn import trainer
+
+    doc = cli.read_yaml(str(DATA / "atari-duel-ddqn.yaml"))
+    algo, variants, _, _, _ = cli.document_variants(doc, "atari-duel-ddqn.yaml")
+    assert [v["env"] for v, _ in variants] == ["BreakoutNoFrameskip-v4", "BeamRiderNoFrameskip-v4",
+                                               "QbertNoFrameskip-v4", "SpaceInvadersNoFrameskip-v4"]
+    _, config = variants[0]
+    expected = dict(double_q=True, dueling=True, num_atoms=1, noisy=False, prioritized_replay=False,
+                    buffer_size=1_000_000, learning_starts=20_000, n_step=1, target_network_update_freq=8000,
+                    lr=0.0000625, adam_epsilon=0.00015, hiddens=[512], rollout_fragment_length=4,
+                    train_batch_size=32, timesteps_per_iteration=10_000)
+    assert {k: config[k] for k in expected} == expected
+    assert config["exploration_config"]["epsilon_timesteps"] == 200_000
+    assert config["exploration_config"]["final_epsilon"] == 0.01
+    configs = [DQNConfig(**c) for _, c in variants]
+    from jaxdqn import sweep
+
+    assert sweep.group_trials(configs) == [[0], [1], [2], [3]]
+
+    item = 2 * 84 * 84 * 4 + 4 + 4 + 4  # obs and next_obs uint8, action, reward, discount
+    limit = 8 * 2**30
+    monkeypatch.setattr(trainer, "available_memory", lambda device: (limit, "test memory"))
+    assert cli.main(["train", "--config", str(DATA / "atari-duel-ddqn.yaml"), "--out", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "buffer_size=1000000 (RLlib's replay_buffer_config.capacity) does not fit" in err
+    needed = float(err.split("needs ")[1].split(" GiB")[0])
+    assert needed == pytest.approx(1_000_000 * item / 2**30, abs=0.2)
+    fits = int(err.split("lower buffer_size to about ")[1].split()[0])
+    assert 0.9 * limit / item < fits < limit / item
+    assert not list(tmp_path.iterdir())  # nothing started: no trial folder, no checkpoint
+    # The size it names does fit (the check alone: nothing is allocated).
+    Trainer(configs[0].replace(buffer_size=fits, evaluation_num_episodes=1))
+
+
+@pytest.mark.slow  # two ALE programs compile and run: a minute on 2 cores
+def test_a_sweep_over_atari_games_runs_each_game_as_its_own_program(tmp_path, capsys):
+    """An env grid_search over two games (as atari-duel-ddqn.yaml's, at a size this test affords):
+    two programs run in turn, each trial in its Tune folder with its own game's results."""
+    import csv
+
+    import yaml
+
+    doc = {**SMALL, "env": {"grid_search": ["PongNoFrameskip-v4", "BreakoutNoFrameskip-v4"]},
+           "model": {**SMALL["model"]}, "evaluation_num_episodes": 1}
+    path = tmp_path / "games.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "exp"
+    assert cli.main(["train", "--config", str(path), "--timesteps", "1000", "--out", str(out)]) == 0
+    assert "2 trials x 1 seed(s) as 2 program(s)" in capsys.readouterr().err
+    with open(out / "summary.csv", newline="") as f:
+        summary = list(csv.DictReader(f))
+    assert [r["env"] for r in summary] == ["PongNoFrameskip-v4", "BreakoutNoFrameskip-v4"]
+    assert summary[0]["checkpoint"] != summary[1]["checkpoint"]  # one program (and checkpoint) each
+    for r in summary:
+        params = json.loads((out / r["trial"] / "params.json").read_text())
+        assert params["env"] == r["env"]
+        result = json.loads((out / r["trial"] / "result.json").read_text().splitlines()[-1])
+        assert result["timesteps_total"] >= 1000

@@ -86,6 +86,14 @@ def test_trials_share_a_program_when_they_differ_only_in_traced_keys():
         sweep.group_trials([base, SimpleQConfig()])
 
 
+def test_an_atari_trial_is_a_program_of_its_own():
+    """An ALE batch is one stateful emulator: trials on Atari envs never share a program, even
+    when they differ only in traced keys; gymnax trials around them still do."""
+    pong, cart = DQNConfig(env="PongNoFrameskip-v4"), DQNConfig()
+    configs = [pong, pong.replace(lr=1e-4), DQNConfig(env="BreakoutNoFrameskip-v4"), cart, cart.replace(lr=1e-4)]
+    assert sweep.group_trials(configs) == [[0], [1], [2], [3, 4]]
+
+
 @pytest.mark.parametrize("configs, message", [
     ([DQNConfig(lr_schedule=[[0, 1e-3], [10, 1e-4]]), DQNConfig(lr=1e-3, lr_schedule=[[0, 1e-3], [10, 1e-4]])],
      "lr differs between trials, but lr_schedule is set"),
