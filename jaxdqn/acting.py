@@ -14,7 +14,9 @@ run is a multi-agent one with the policy ``default_policy`` (a dict of one costs
 
 ``single_agent`` builds it for a gymnax env or a batch of ALE games; its item kind is chosen
 here once: n-step ``Transition``s, or with ``model.use_lstm`` RLlib's R2D2-style sequences
-(``SequenceItem``: the actor carries the recurrent state and the loss is the sequence loss).
+(``SequenceItem``: the actor carries the recurrent state and the loss is the sequence loss). An
+ALE batch's stacked frames are stored once each (``buffers.frames``: ``storage`` wraps the
+buffer, which samples whole transitions all the same).
 ``multiagent.make_acting`` builds it for a multi-agent env.
 """
 
@@ -27,7 +29,8 @@ import jax
 from jaxdqn import atari, envs, evaluation, exploration, rollout
 from jaxdqn.config import DQNConfig
 from jaxdqn.networks import QNetwork, make_network
-from jaxdqn.types import Sample
+from jaxdqn.buffers.frames import make_frame_replay
+from jaxdqn.types import ReplayBuffer, Sample
 
 Array = jax.Array
 DEFAULT_POLICY = "default_policy"  # RLlib's DEFAULT_POLICY_ID: the policy of a single-agent run
@@ -36,6 +39,11 @@ DEFAULT_POLICY = "default_policy"  # RLlib's DEFAULT_POLICY_ID: the policy of a 
 # ``stored`` maps a buffer id to (items with leading [K], mask [K] or None: which to store).
 Fragment = Callable[[dict[str, Any], Array, Any, Array],
                     tuple[Any, dict[str, tuple[Any, Array | None]], rollout.Episodes, dict[str, rollout.Episodes]]]
+
+
+def plain_storage(buffer: ReplayBuffer, capacity: int) -> ReplayBuffer:
+    """Items stored as they come (every kind but stacked frames)."""
+    return buffer
 
 
 class Acting(NamedTuple):
@@ -61,6 +69,8 @@ class Acting(NamedTuple):
     batch: Callable[[str, Sample], Sample]  # (policy id, its buffer's sample) -> the policy's training batch
     evaluate: Callable[..., evaluation.Evaluation]  # (params, key, eps=0.0): greedy (or explore) episodes
     act: Callable[..., Any]  # (params, obs [B, *obs], policy_id, memory=None) -> greedy actions [B]
+    # (a uniform or prioritized buffer, its capacity) -> the buffer that stores this kind of item
+    storage: Callable[[ReplayBuffer, int], ReplayBuffer] = plain_storage
 
 
 def own_batch(policy_id: str, sample: Sample) -> Sample:
@@ -109,6 +119,7 @@ def single_agent(config: DQNConfig, *, num_envs: int, buffer_size: int) -> Actin
             return actor, {DEFAULT_POLICY: (items, None)}, episodes, {}
 
         prime = None  # sequences need no look-ahead: the pending steps are the next slice's burn-in
+        storage = plain_storage
 
         def network_input(actor):
             return {DEFAULT_POLICY: actor.obs[:, None]}
@@ -116,13 +127,23 @@ def single_agent(config: DQNConfig, *, num_envs: int, buffer_size: int) -> Actin
         def act(params, obs, policy_id=DEFAULT_POLICY, memory=None):
             return evaluation.greedy_recurrent_actions(network, params[policy_id], obs, memory.state, memory.first)
     else:
+        # An ALE batch's observations are stacks of frames ([H, W, S] uint8): each frame is stored once.
+        frames = envs.is_batched(spec) and len(spec.obs_shape) == 3
+        make_items = rollout.frame_fragment if frames else rollout.fragment
+
         def init(key: Array) -> rollout.ActorState:
             return rollout.init(spec, key, num_envs, n)
 
         def fragment(params, eps, actor, key):
-            actor, items, episodes, mask = rollout.fragment(spec, policy, (params[DEFAULT_POLICY], eps), actor, key,
-                                                            length=length, gamma=config.gamma, n=n, view=view)
+            actor, items, episodes, mask = make_items(spec, policy, (params[DEFAULT_POLICY], eps), actor, key,
+                                                      length=length, gamma=config.gamma, n=n, view=view)
             return actor, {DEFAULT_POLICY: (items, mask)}, episodes, {}
+
+        def storage(buffer: ReplayBuffer, capacity: int) -> ReplayBuffer:
+            if not frames:
+                return buffer
+            return make_frame_replay(buffer, capacity=capacity, num_envs=num_envs, fragment_length=length, n_step=n,
+                                     stack=spec.obs_shape[-1])
 
         def prime(params, eps, actor, key):
             actor, episodes = rollout.prime(spec, policy, (params[DEFAULT_POLICY], eps), actor, key, view)
@@ -148,4 +169,5 @@ def single_agent(config: DQNConfig, *, num_envs: int, buffer_size: int) -> Actin
                   capacities={DEFAULT_POLICY: capacity}, buffer_of={DEFAULT_POLICY: DEFAULT_POLICY},
                   priorities_from={DEFAULT_POLICY: DEFAULT_POLICY}, ring_agents={},
                   policy_mapping=None, primed_steps=0 if recurrent else n - 1, init=init, prime=prime,
-                  fragment=fragment, network_input=network_input, batch=own_batch, evaluate=evaluate, act=act)
+                  fragment=fragment, network_input=network_input, batch=own_batch, evaluate=evaluate, act=act,
+                  storage=storage)

@@ -425,10 +425,11 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
     train_steps = {pid: learner.make_train_step(acting.configs[pid], acting.networks[pid], optimizers[pid],
                                                 axis_name=axis_name) for pid in pids}
     if config.prioritized_replay:
-        bufs = {b: buffers.prioritized(c, alpha=config.prioritized_replay_alpha, eps=config.prioritized_replay_eps)
+        bufs = {b: acting.storage(buffers.prioritized(c, alpha=config.prioritized_replay_alpha,
+                                                      eps=config.prioritized_replay_eps), c)
                 for b, c in acting.capacities.items()}
     else:
-        bufs = {b: buffers.uniform(c) for b, c in acting.capacities.items()}
+        bufs = {b: acting.storage(buffers.uniform(c), c) for b, c in acting.capacities.items()}
     replayed = tuple(b for b in acting.capacities if any(acting.buffer_of[pid] == b for pid in trainable))
     owner = {b: pid for b, pid in acting.priorities_from.items() if pid in trainable}
     schedule = make_schedule(config)

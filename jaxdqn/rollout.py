@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxdqn import buffers, envs, losses
-from jaxdqn.types import SequenceItem, Transition, episode_ended
+from jaxdqn.types import FrameItems, FrameRef, SequenceItem, Transition, episode_ended
 
 Array = jax.Array
 
@@ -213,6 +213,32 @@ def fragment(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState,
     transitions = n_step_transitions(window, count=length, gamma=gamma, n=n)
     mask = None if isinstance(window.acted, tuple) else window.acted[:length].reshape(-1)
     return actor._replace(pending=pending), transitions, episodes, mask
+
+
+def frame_items(window: RawStep, *, count: int, gamma: float, n: int) -> FrameItems:
+    """``n_step_transitions`` of a window of stacked frames (``[W, E, H, Wd, S]``), stored once
+    (``buffers.frames``): references ``[count * E]`` whose obs / next_obs are step numbers
+    counted from the window's first step, and the newest frame and episode depth of the window's
+    ``W + 1`` observations (its steps' and the last step's successor)."""
+    length, num_envs = window.reward.shape
+    steps = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32)[:, None], (length, num_envs))
+    refs = n_step_transitions(window._replace(obs=steps, next_obs=steps + 1), count=count, gamma=gamma, n=n)
+    observations = jnp.concatenate([window.obs, window.next_obs[-1:]])  # [W + 1, E, H, Wd, S]
+    blank = jnp.all(observations == 0, axis=(2, 3)).astype(jnp.int32)  # [W + 1, E, S]
+    padding = jnp.sum(jnp.cumprod(blank, axis=-1), axis=-1)  # leading all-zero frames: the episode's padding
+    return FrameItems(refs=FrameRef(transition=refs, env=jnp.tile(jnp.arange(num_envs, dtype=jnp.int32), count)),
+                      frames=observations[..., -1], depth=observations.shape[-1] - padding)
+
+
+def frame_fragment(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array, *,
+                   length: int, gamma: float, n: int, view: View | None = None
+                   ) -> tuple[ActorState, FrameItems, Episodes, Array | None]:
+    """``fragment`` for stacked-frame observations stored once (``frame_items``)."""
+    actor, raw, episodes = run_steps(spec, policy, params, actor, key, length, view)
+    window, pending = extend_window(actor.pending, raw)
+    items = frame_items(window, count=length, gamma=gamma, n=n)
+    mask = None if isinstance(window.acted, tuple) else window.acted[:length].reshape(-1)
+    return actor._replace(pending=pending), items, episodes, mask
 
 
 def sequence_fragment(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array, *,

@@ -35,7 +35,7 @@ RESUMABLE_KEYS = frozenset({"total_timesteps", "timesteps_per_iteration", "evalu
                             "evaluation_interval", "min_iter_time_s"})
 LEARNER_STATS = ("loss", "mean_q", "min_q", "max_q", "mean_td_error", "cur_lr", "grad_gnorm")
 EVAL_STREAM = 0x5EED  # folded into the seed for evaluation keys, apart from training's keys
-CHECKPOINT_FORMAT = 3  # 3: learners and buffers are dicts keyed by policy (one plan for every variant)
+CHECKPOINT_FORMAT = 4  # 3: learners and buffers keyed by policy; 4: an ALE batch's frames stored once
 
 
 def _scalar(x: Any) -> Any:
@@ -152,6 +152,7 @@ def check_memory(config: DQNConfig, runner: parallel.Runner) -> None:
     # Replay storage grows in proportion to buffer_size (the trees of prioritized replay up to a
     # power of two): scale it down to what is left beside the rest of the state.
     fits = int(config.buffer_size * max(0.0, limit[0] - (state - buffer)) / max(buffer, 1.0))
+    fits -= fits % 10 ** max(0, len(str(fits)) - 3)  # three significant digits, rounded down: a margin
     raise ValueError(f"buffer_size={config.buffer_size} (RLlib's replay_buffer_config.capacity) does not fit: the "
                      f"training state needs {_gib(state)} ({_gib(buffer)} of it replay storage) but the "
                      f"{limit[1]} is {_gib(limit[0])}; lower buffer_size to about {fits} or less"

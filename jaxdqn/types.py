@@ -56,6 +56,34 @@ class PrioritizedState(NamedTuple):
 
 
 
+class FrameRef(NamedTuple):
+    """A stored transition whose observations live in a frame ring (``buffers.frames``):
+    ``transition.obs`` / ``transition.next_obs`` are int32 step numbers of env ``env``."""
+
+    transition: Transition  # obs, next_obs: [] int32 step numbers
+    env: Array  # [] int32
+
+
+class FrameItems(NamedTuple):
+    """What one store of stacked-frame observations adds (``buffers.frames``): ``K`` references
+    with steps counted from the fragment's first step, and the fragment's ``T`` steps' frames."""
+
+    refs: FrameRef  # leaves [K, ...]
+    frames: Array  # [T, E, H, W] uint8: each step's newest frame (its stack's last)
+    depth: Array  # [T, E] int32: how many of each step's stacked frames are its episode's (the rest are 0)
+
+
+class FrameState(NamedTuple):
+    """Transitions as references (``items``: the inner buffer's state) plus one ring of frames:
+    step ``s`` of env ``e`` at row ``s % P``; each frame is stored once, not in ``2 S`` stacks."""
+
+    items: Any  # UniformState | PrioritizedState of FrameRef items
+    frames: Array  # [P, E, H, W] uint8
+    depth: Array  # [P, E] int32
+    next_step: Array  # [] int32: the first step of the next store's fragment
+    frontier: Array  # [] int32: one past the newest step written
+
+
 class Sample(NamedTuple):
     """A replayed batch."""
 

@@ -90,7 +90,8 @@ def test_trainer_stores_only_real_transitions_and_scores_whole_episodes(tmp_path
     assert int(buffers.size(state.buffer["default_policy"])) == sampled - ended
     # Pong scores: -21..21 per game, unclipped (clipping applies to what is stored).
     assert -21 <= result["episode_reward_mean"] <= 21 and result["episode_len_mean"] > 100
-    assert float(jnp.max(jnp.abs(state.buffer["default_policy"].storage.reward))) <= 1.0
+    stored = state.buffer["default_policy"].items.storage.transition  # frames stored once: references
+    assert float(jnp.max(jnp.abs(stored.reward))) <= 1.0
     evaluation = trainer.evaluate()["evaluation"]
     assert evaluation["episodes_this_iter"] == 2 and -21 <= evaluation["episode_reward_mean"] <= 21
     path = trainer.save(tmp_path / "ckpt")
@@ -129,10 +130,12 @@ def test_rllib_pong_dqn_yaml_runs_unchanged(tmp_path):
 def test_rllib_atari_duel_ddqn_yaml_is_one_program_per_game_and_its_replay_is_sized_first(tmp_path, capsys,
                                                                                           monkeypatch):
     """RLlib's atari-duel-ddqn.yaml, unchanged: its env grid_search is four games, each a program
-    of its own with RLlib's dueling double-Q settings. Its replay (1M transitions of two 84x84x4
-    uint8 stacks: 56.4 GB) is checked against memory before anything is allocated or compiled;
-    the test fixes the memory so that the outcome does not depend on the machine."""
-    from jaxdqn import trainer
+    of its own with RLlib's dueling double-Q settings. Its replay of 1M transitions holds each
+    84x84 frame once (about 7 GB, not the 56 GB of two 84x84x4 stacks per transition), and is
+    checked against memory before anything is allocated or compiled; the test fixes the memory
+    so that the outcome does not depend on the machine."""
+    from jaxdqn import sweep, trainer
+    from jaxdqn.buffers import frames
 
     doc = cli.read_yaml(str(DATA / "atari-duel-ddqn.yaml"))
     algo, variants, _, _, _ = cli.document_variants(doc, "atari-duel-ddqn.yaml")
@@ -147,20 +150,21 @@ def test_rllib_atari_duel_ddqn_yaml_is_one_program_per_game_and_its_replay_is_si
     assert config["exploration_config"]["epsilon_timesteps"] == 200_000
     assert config["exploration_config"]["final_epsilon"] == 0.01
     configs = [DQNConfig(**c) for _, c in variants]
-    from jaxdqn import sweep
-
     assert sweep.group_trials(configs) == [[0], [1], [2], [3]]
 
-    item = 2 * 84 * 84 * 4 + 4 + 4 + 4  # obs and next_obs uint8, action, reward, discount
-    limit = 8 * 2**30
+    envs_ = configs[0].num_envs
+    rows = frames.ring_steps(1_000_000, envs_, 4, 1, 4) * envs_  # one 84x84 frame (+ its depth) per env step
+    replay = rows * (84 * 84 + 4) + 1_000_000 * 6 * 4  # and six 4-byte leaves per transition
+    assert replay < 56e9 / 7.5
+    limit = 4 * 2**30
     monkeypatch.setattr(trainer, "available_memory", lambda device: (limit, "test memory"))
     assert cli.main(["train", "--config", str(DATA / "atari-duel-ddqn.yaml"), "--out", str(tmp_path), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "buffer_size=1000000 (RLlib's replay_buffer_config.capacity) does not fit" in err
-    needed = float(err.split("needs ")[1].split(" GiB")[0])
-    assert needed == pytest.approx(1_000_000 * item / 2**30, abs=0.2)
+    needed = float(err.split("replay storage")[0].split("(")[-1].split(" GiB")[0])
+    assert needed == pytest.approx(replay / 2**30, abs=0.05)
     fits = int(err.split("lower buffer_size to about ")[1].split()[0])
-    assert 0.9 * limit / item < fits < limit / item
+    assert 0.9 * limit / (replay / 1e6) < fits < limit / (replay / 1e6)
     assert not list(tmp_path.iterdir())  # nothing started: no trial folder, no checkpoint
     # The size it names does fit (the check alone: nothing is allocated).
     Trainer(configs[0].replace(buffer_size=fits, evaluation_num_episodes=1))

@@ -41,6 +41,7 @@ LAYERS = {
     "L0 vocabulary": ["jaxdqn.types", "jaxdqn.config", "jaxdqn.rllib"],
     "L1 kernels": ["jaxdqn._platform", "jaxdqn.atari", "jaxdqn.buffers", "jaxdqn.buffers.segment_tree", "jaxdqn.buffers.tree_kernels",
                    "jaxdqn.buffers.uniform_replay", "jaxdqn.buffers.prioritized_replay", "jaxdqn.buffers.sequence",
+                   "jaxdqn.buffers.frames",
                    "jaxdqn.losses", "jaxdqn.networks", "jaxdqn.exploration", "jaxdqn.envs"],
     "L2 steps": ["jaxdqn.learner", "jaxdqn.rollout", "jaxdqn.evaluation", "jaxdqn.multi_agent_envs", "jaxdqn.sweep",
                  "jaxdqn.acting", "jaxdqn.multiagent"],

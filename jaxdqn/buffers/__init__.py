@@ -16,26 +16,32 @@ from __future__ import annotations
 
 import jax
 
-from jaxdqn.buffers import prioritized_replay, segment_tree, sequence, uniform_replay
+from jaxdqn.buffers import frames, prioritized_replay, segment_tree, sequence, uniform_replay
+from jaxdqn.buffers.frames import make_frame_replay as frame_replay
 from jaxdqn.buffers.prioritized_replay import make_prioritized as prioritized
 from jaxdqn.buffers.sequence import timeslice
 from jaxdqn.buffers.uniform_replay import make_uniform as uniform
-from jaxdqn.types import PrioritizedState, ReplayBuffer, Sample, SequenceItem, UniformState
+from jaxdqn.types import FrameState, PrioritizedState, ReplayBuffer, Sample, SequenceItem, UniformState
 
 
-def size(state: UniformState | PrioritizedState) -> jax.Array:
+def size(state: UniformState | PrioritizedState | FrameState) -> jax.Array:
     """Number of valid items in a buffer state, a jax int32 scalar."""
+    if isinstance(state, FrameState):
+        state = state.items
     if isinstance(state, PrioritizedState):
         state = state.storage
     return state.size
 
 
 __all__ = [
+    "FrameState",
     "PrioritizedState",
     "ReplayBuffer",
     "Sample",
     "SequenceItem",
     "UniformState",
+    "frame_replay",
+    "frames",
     "prioritized",
     "prioritized_replay",
     "segment_tree",
