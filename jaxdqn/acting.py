@@ -46,6 +46,12 @@ def plain_storage(buffer: ReplayBuffer, capacity: int) -> ReplayBuffer:
     return buffer
 
 
+def stores_frames_once(spec: Any) -> bool:
+    """Whether a single-agent env's observations are stacks of frames that the replay stores
+    once each (``buffers.frames``): an ALE batch's ``[H, W, S]`` uint8 stacks."""
+    return envs.is_batched(spec) and len(spec.obs_shape) == 3
+
+
 class Acting(NamedTuple):
     """The static description of how one config's environment is played (see the module doc)."""
 
@@ -127,8 +133,7 @@ def single_agent(config: DQNConfig, *, num_envs: int, buffer_size: int) -> Actin
         def act(params, obs, policy_id=DEFAULT_POLICY, memory=None):
             return evaluation.greedy_recurrent_actions(network, params[policy_id], obs, memory.state, memory.first)
     else:
-        # An ALE batch's observations are stacks of frames ([H, W, S] uint8): each frame is stored once.
-        frames = envs.is_batched(spec) and len(spec.obs_shape) == 3
+        frames = stores_frames_once(spec)
         make_items = rollout.frame_fragment if frames else rollout.fragment
 
         def init(key: Array) -> rollout.ActorState:

@@ -5,6 +5,9 @@
 - ``DQN``: RLlib's pong-dqn.yaml config (42x42 frames, prioritized replay, one SGD step of 32
   per 4 env steps per env, RLlib's native ratio), timed over ``--iterations`` iterations of
   ``--steps`` env steps after the first (which holds the warm-up and the compile);
+- ``DQN, whole stacks``: the same with each transition's obs and next_obs stacks stored whole
+  (the replay before frames were stored once: ``acting.stores_frames_once`` patched off), the
+  cost or gain of rebuilding stacks when sampling;
 
 each with ``--envs`` games (1 and 8 by default; an ALE batch is one program, so "seeds" are games
 here). Every env step is 4 emulator frames. Median over iterations. Usage::
@@ -18,10 +21,11 @@ import argparse
 import json
 import statistics
 import time
+from unittest import mock
 
 import jax
 
-from jaxdqn import cli, envs
+from jaxdqn import acting, cli, envs
 from jaxdqn.config import from_dict
 from jaxdqn.trainer import Trainer
 
@@ -61,6 +65,11 @@ def dqn(num_envs: int, steps: int, iterations: int) -> float:
     return statistics.median(rates)
 
 
+def dqn_whole_stacks(num_envs: int, steps: int, iterations: int) -> float:
+    with mock.patch.object(acting, "stores_frames_once", lambda spec: False):
+        return dqn(num_envs, steps, iterations)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", type=int, nargs="+", default=[1, 8])
@@ -73,7 +82,8 @@ def main() -> None:
     print("| row | games | env steps/s | frames/s |")
     print("|---|---|---|---|")
     for num_envs in args.envs:
-        for name, fn in (("ALE only", ale_only), ("DQN (pong-dqn.yaml)", dqn)):
+        for name, fn in (("ALE only", ale_only), ("DQN (pong-dqn.yaml)", dqn),
+                         ("DQN, whole stacks", dqn_whole_stacks)):
             rate = fn(num_envs, args.steps, args.iterations)
             rows.append({"row": name, "envs": num_envs, "env_steps_per_s": rate})
             print(f"| {name} | {num_envs} | {rate:,.0f} | {4 * rate:,.0f} |")
