@@ -10,6 +10,8 @@
 Everything is jittable, vmappable (a stack of independent buffers) and pmappable (one shard per
 device); shapes are static. The module-level functions of ``uniform_replay`` and
 ``prioritized_replay`` are the same operations with their static arguments as keywords.
+``frame_replay(inner, ...)`` wraps either for stacked-frame observations (Atari): each frame is
+stored once and ``sample`` rebuilds the stacks (``buffers.frames``).
 """
 
 from __future__ import annotations
