@@ -16,7 +16,7 @@ run is a multi-agent one with the policy ``default_policy`` (a dict of one costs
 here once: n-step ``Transition``s, or with ``model.use_lstm`` RLlib's R2D2-style sequences
 (``SequenceItem``: the actor carries the recurrent state and the loss is the sequence loss). An
 ALE batch's stacked frames are stored once each (``buffers.frames``: ``storage`` wraps the
-buffer, which samples whole transitions all the same).
+buffer, which samples whole transitions all the same; ``rollout.frame_items`` makes its items).
 ``multiagent.make_acting`` builds it for a multi-agent env.
 """
 
@@ -27,9 +27,9 @@ from typing import Any, Callable, NamedTuple
 import jax
 
 from jaxdqn import atari, envs, evaluation, exploration, rollout
+from jaxdqn.buffers.frames import make_frame_replay
 from jaxdqn.config import DQNConfig
 from jaxdqn.networks import QNetwork, make_network
-from jaxdqn.buffers.frames import make_frame_replay
 from jaxdqn.types import ReplayBuffer, Sample
 
 Array = jax.Array
@@ -134,14 +134,15 @@ def single_agent(config: DQNConfig, *, num_envs: int, buffer_size: int) -> Actin
             return evaluation.greedy_recurrent_actions(network, params[policy_id], obs, memory.state, memory.first)
     else:
         frames = stores_frames_once(spec)
-        make_items = rollout.frame_fragment if frames else rollout.fragment
+        assemble = rollout.frame_items if frames else rollout.n_step_transitions
 
         def init(key: Array) -> rollout.ActorState:
             return rollout.init(spec, key, num_envs, n)
 
         def fragment(params, eps, actor, key):
-            actor, items, episodes, mask = make_items(spec, policy, (params[DEFAULT_POLICY], eps), actor, key,
-                                                      length=length, gamma=config.gamma, n=n, view=view)
+            actor, items, episodes, mask = rollout.fragment(spec, policy, (params[DEFAULT_POLICY], eps), actor, key,
+                                                            length=length, gamma=config.gamma, n=n, view=view,
+                                                            assemble=assemble)
             return actor, {DEFAULT_POLICY: (items, mask)}, episodes, {}
 
         def storage(buffer: ReplayBuffer, capacity: int) -> ReplayBuffer:

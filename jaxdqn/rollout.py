@@ -203,14 +203,15 @@ def extend_window(pending: RawStep, raw: RawStep) -> tuple[RawStep, RawStep]:
 
 
 def fragment(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array, *,
-             length: int, gamma: float, n: int, view: View | None = None
-             ) -> tuple[ActorState, Transition, Episodes, Array | None]:
+             length: int, gamma: float, n: int, view: View | None = None,
+             assemble: Callable[..., Any] = n_step_transitions) -> tuple[ActorState, Any, Episodes, Array | None]:
     """Run ``length`` steps per env; return ``length * E`` n-step transitions, the episodes, and
     which transitions to store ``[length * E]`` (None: all; a batched env's autoreset steps are
-    none: an n-step window that starts at a valid step ends at the episode's end before them)."""
+    none: an n-step window that starts at a valid step ends at the episode's end before them).
+    ``assemble``: how the window becomes items (``frame_items``: stacked frames stored once)."""
     actor, raw, episodes = run_steps(spec, policy, params, actor, key, length, view)
     window, pending = extend_window(actor.pending, raw)
-    transitions = n_step_transitions(window, count=length, gamma=gamma, n=n)
+    transitions = assemble(window, count=length, gamma=gamma, n=n)
     mask = None if isinstance(window.acted, tuple) else window.acted[:length].reshape(-1)
     return actor._replace(pending=pending), transitions, episodes, mask
 
@@ -228,17 +229,6 @@ def frame_items(window: RawStep, *, count: int, gamma: float, n: int) -> FrameIt
     padding = jnp.sum(jnp.cumprod(blank, axis=-1), axis=-1)  # leading all-zero frames: the episode's padding
     return FrameItems(refs=FrameRef(transition=refs, env=jnp.tile(jnp.arange(num_envs, dtype=jnp.int32), count)),
                       frames=observations[..., -1], depth=observations.shape[-1] - padding)
-
-
-def frame_fragment(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array, *,
-                   length: int, gamma: float, n: int, view: View | None = None
-                   ) -> tuple[ActorState, FrameItems, Episodes, Array | None]:
-    """``fragment`` for stacked-frame observations stored once (``frame_items``)."""
-    actor, raw, episodes = run_steps(spec, policy, params, actor, key, length, view)
-    window, pending = extend_window(actor.pending, raw)
-    items = frame_items(window, count=length, gamma=gamma, n=n)
-    mask = None if isinstance(window.acted, tuple) else window.acted[:length].reshape(-1)
-    return actor._replace(pending=pending), items, episodes, mask
 
 
 def sequence_fragment(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array, *,
