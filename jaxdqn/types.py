@@ -80,8 +80,7 @@ class FrameState(NamedTuple):
     items: Any  # UniformState | PrioritizedState of FrameRef items
     frames: Array  # [P, E, H, W] uint8
     depth: Array  # [P, E] int32
-    next_step: Array  # [] int32: the first step of the next store's fragment
-    frontier: Array  # [] int32: one past the newest step written
+    next_step: Array  # [] int32: the first step of the next store's fragment (n-step look-ahead written past it)
 
 
 class Sample(NamedTuple):

@@ -147,8 +147,8 @@ def test_frames_take_one_frame_per_step_not_two_stacks_per_transition():
     nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(state))
     plain = capacity * (2 * 84 * 84 * 4 + 3 * 4)  # obs and next_obs stacks, action, reward, discount
     frames = frame_buffers.ring_steps(capacity, num_envs, 4, 3, stack) * num_envs * (84 * 84 + 4)
-    # references: 6 int32 / float32 leaves per item; five int32 counters
-    assert nbytes == frames + capacity * 6 * 4 + 5 * 4
+    # references: 6 int32 / float32 leaves per item; four int32 counters
+    assert nbytes == frames + capacity * 6 * 4 + 4 * 4
     assert nbytes < plain / 7.5  # 56 GB -> 7.4 GB
 
 
@@ -170,7 +170,8 @@ def test_an_item_whose_frames_were_overwritten_gets_weight_zero():
     a, b = plain.sample(plain_state, jax.random.key(0), 256), framed.sample(framed_state, jax.random.key(0), 256)
     kept = np.asarray(b.weights) == 1.0
     assert 0 < kept.sum() < 256 and set(np.unique(b.weights)) <= {0.0, 1.0}
-    oldest = int(framed_state.frontier) - frame_buffers.ring_steps(capacity, num_envs, length, n, stack)
+    written = int(framed_state.next_step) + n  # one past the newest step the last store wrote
+    oldest = written - frame_buffers.ring_steps(capacity, num_envs, length, n, stack)
     drawn_steps = np.asarray(framed_state.items.storage.transition.obs)[np.asarray(b.indices)]
     np.testing.assert_array_equal(~kept, drawn_steps - (stack - 1) < oldest)  # exactly the overwritten ones
     np.testing.assert_array_equal(np.asarray(b.items.obs)[kept], np.asarray(a.items.obs)[kept])

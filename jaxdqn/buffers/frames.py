@@ -65,16 +65,16 @@ def make_frame_replay(inner: ReplayBuffer, *, capacity: int, num_envs: int, frag
         zero = lambda: jnp.zeros((), jnp.int32)  # noqa: E731 - distinct buffers, donated apart
         return FrameState(items=inner.init(example.refs),
                           frames=jnp.zeros((rows,) + example.frames.shape, example.frames.dtype),
-                          depth=jnp.zeros((rows, num_envs), jnp.int32), next_step=zero(), frontier=zero())
+                          depth=jnp.zeros((rows, num_envs), jnp.int32), next_step=zero())
 
     def add(state: FrameState, items: FrameItems, mask: Array | None = None) -> FrameState:
         """Write the fragment's frames at its steps' rows, its references (steps made absolute)
         into ``inner``; the next fragment starts ``K / E`` steps later."""
         steps_written = items.frames.shape[0]
         k = items.refs.env.shape[0]
-        if items.frames.shape[1] != num_envs or k % num_envs or steps_written > rows:
-            raise ValueError(f"items must be K = L x {num_envs} references and [T, {num_envs}, H, W] frames "
-                             f"(T <= {rows}), got K={k} and frames {list(items.frames.shape)}")
+        if items.frames.shape[1] != num_envs or k % num_envs or steps_written != k // num_envs + n_step:
+            raise ValueError(f"items must be K = L x {num_envs} references and [L + {n_step}, {num_envs}, H, W] "
+                             f"frames, got K={k} and frames {list(items.frames.shape)}")
         row = (state.next_step + jnp.arange(steps_written, dtype=jnp.int32)) % rows
         frames = state.frames.at[row].set(items.frames, unique_indices=True)
         depth = state.depth.at[row].set(items.depth, unique_indices=True)
@@ -82,15 +82,15 @@ def make_frame_replay(inner: ReplayBuffer, *, capacity: int, num_envs: int, frag
         refs = items.refs._replace(transition=t._replace(obs=t.obs + state.next_step,
                                                          next_obs=t.next_obs + state.next_step))
         inner_state = inner.add(state.items, refs) if mask is None else inner.add(state.items, refs, mask)
-        return FrameState(items=inner_state, frames=frames, depth=depth, next_step=state.next_step + k // num_envs,
-                          frontier=state.next_step + steps_written)
+        return FrameState(items=inner_state, frames=frames, depth=depth, next_step=state.next_step + k // num_envs)
 
     def sample(state: FrameState, key: Array, batch_size: int, beta: float = 0.0) -> Sample:
         """``inner``'s draw with its stacks rebuilt: ``Sample`` of ``Transition``s."""
         drawn = inner.sample(state.items, key, batch_size, beta)
         refs = drawn.items
         t = refs.transition
-        intact = t.obs - (stack - 1) >= state.frontier - rows  # its oldest frame is still in the ring
+        # Its oldest frame is still in the ring (which ends n_step steps past the next fragment's start).
+        intact = t.obs - (stack - 1) >= state.next_step + n_step - rows
         items = t._replace(obs=stacks(state, t.obs, refs.env, stack), next_obs=stacks(state, t.next_obs, refs.env, stack))
         return Sample(items=items, indices=drawn.indices, weights=drawn.weights * intact.astype(drawn.weights.dtype))
 
