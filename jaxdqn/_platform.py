@@ -12,8 +12,8 @@ and fenced on the CPU, unrolled elsewhere; the fused CPU tree kernels, ``buffers
   input's patches (im2col); GPUs and TPUs have convolution units and keep ``lax.conv``
   (``scripts/bench_conv.py``, docs/benchmarks.md).
 - ``plan_key`` / ``PHILOX``: the plan's random stream is the config's ``prng_impl``, Philox-4x32
-  by default (XLA:CPU runs threefry as rolled loops), written here with its 32-bit ``mulhi`` in
-  16-bit halves: jax 0.10's own Philox draws the same numbers but its ``lax.mulhi`` does not
+  by default (XLA:CPU runs threefry as rolled loops), written here with its 32-bit ``mulhi`` as
+  one uint64 product: jax 0.10's own Philox draws the same numbers but its ``lax.mulhi`` does not
   lower in multi-device programs (``pmap``, ``shard_map``), and the stream must be the same in
   every layout.
 - ``fence``: keeps XLA:CPU from re-computing tree reads after an in-place tree write (which
@@ -43,18 +43,20 @@ def conv_as_matmul() -> bool:
 # Philox-4x32-10 (Salmon et al. 2011, Random123), with jax's key schedule, counters and output
 # mixing: ``seed``, ``split``, ``fold_in`` and ``random_bits`` draw what jax's "philox4x32" draws,
 # bit for bit (tests/test_plan.py compares them), from arithmetic every backend lowers anywhere.
-_M0, _M1 = np.uint32(0xD2511F53), np.uint32(0xCD9E8D57)  # round multipliers
+_M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)  # round multipliers
 _W0, _W1 = np.uint32(0x9E3779B9), np.uint32(0xBB67AE85)  # key schedule (Weyl) increments
-_LOW16, _SHIFT16 = np.uint32(0xFFFF), np.uint32(16)
+_SHIFT32 = np.uint64(32)
 
 
-def _mulhi(a: Array, b: Any) -> Array:
-    """The high 32 bits of the 64-bit product of uint32 ``a`` and ``b``, from 16-bit halves."""
-    a, b = jnp.asarray(a, jnp.uint32), jnp.asarray(b, jnp.uint32)
-    a_hi, a_lo, b_hi, b_lo = a >> _SHIFT16, a & _LOW16, b >> _SHIFT16, b & _LOW16
-    lo_lo, hi_lo, lo_hi = a_lo * b_lo, a_hi * b_lo, a_lo * b_hi
-    carry = ((lo_lo >> _SHIFT16) + (hi_lo & _LOW16) + (lo_hi & _LOW16)) >> _SHIFT16
-    return a_hi * b_hi + (hi_lo >> _SHIFT16) + (lo_hi >> _SHIFT16) + carry
+def _mulhilo(a: Array, m: np.uint64) -> tuple[Array, Array]:
+    """``(high, low)`` uint32 words of the 64-bit product of uint32 ``a`` and the multiplier ``m``.
+
+    One widened multiply: the uint64 lives only inside this computation (whatever
+    ``jax_enable_x64`` says), and narrowing a uint64 keeps its low 32 bits."""
+    with jax.enable_x64(True):
+        wide = lax.convert_element_type(a, jnp.uint64) * m
+        return (lax.convert_element_type(wide >> _SHIFT32, jnp.uint32),
+                lax.convert_element_type(wide, jnp.uint32))
 
 
 def _philox(k0: Any, k1: Any, x0: Any, x1: Any, x2: Any, x3: Any) -> tuple[Array, Array, Array, Array]:
@@ -63,7 +65,8 @@ def _philox(k0: Any, k1: Any, x0: Any, x1: Any, x2: Any, x3: Any) -> tuple[Array
     for round_ in range(10):
         if round_:
             k0, k1 = k0 + _W0, k1 + _W1
-        x0, x1, x2, x3 = _mulhi(x2, _M1) ^ x1 ^ k0, x2 * _M1, _mulhi(x0, _M0) ^ x3 ^ k1, x0 * _M0
+        (hi0, lo0), (hi1, lo1) = _mulhilo(x0, _M0), _mulhilo(x2, _M1)
+        x0, x1, x2, x3 = hi1 ^ x1 ^ k0, lo1, hi0 ^ x3 ^ k1, lo0
     return x0, x1, x2, x3
 
 

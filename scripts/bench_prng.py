@@ -1,7 +1,8 @@
 """The plan's cost per random-stream implementation: one chunk of a CartPole DQN plan with the
 portable Philox (``_platform.PHILOX``, the default: it lowers in every device layout), jax's own
 Philox (the same numbers; it does not lower in multi-device programs) and threefry (JAX's
-default), interleaved, median of ``--repeats``.
+default), interleaved, median of ``--repeats``; and the seconds XLA takes to compile that chunk
+(every run and every test pays it once per program).
 
     python scripts/bench_prng.py --repeats 5
 """
@@ -30,15 +31,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    chunks = {}
+    chunks, compile_s = {}, {}
     original = platform.prng_spec
     try:
         for name, spec in SPECS.items():
             platform.prng_spec = lambda impl, spec=spec: spec  # the plan's keys of this implementation
             platform.key_dtype.cache_clear()
             plan = make_plan(CONFIG)
-            chunk = jax.jit(plan.chunk)
-            state = jax.block_until_ready(chunk(jax.jit(plan.init)(jax.random.key(0)))[0])  # compiled, warm
+            state = jax.block_until_ready(jax.jit(plan.init)(jax.random.key(0)))
+            lowered = jax.jit(plan.chunk).lower(state)
+            start = time.perf_counter()
+            chunk = lowered.compile()
+            compile_s[name] = time.perf_counter() - start
+            state = jax.block_until_ready(chunk(state)[0])  # warm
             chunks[name] = (chunk, state)
     finally:
         platform.prng_spec = original
@@ -52,8 +57,8 @@ def main() -> None:
     medians = {name: statistics.median(t) for name, t in times.items()}
     for name, seconds in medians.items():
         print(f"{name:>20}: {seconds:.3f} s per chunk of {CONFIG.timesteps_per_iteration} env steps "
-              f"({seconds / medians['jax philox4x32']:.2f}x jax's Philox)")
-    print(json.dumps({"seconds_per_chunk": medians}))
+              f"({seconds / medians['jax philox4x32']:.2f}x jax's Philox); compiled in {compile_s[name]:.1f} s")
+    print(json.dumps({"seconds_per_chunk": medians, "compile_seconds": compile_s}))
 
 
 if __name__ == "__main__":

@@ -270,7 +270,7 @@ def assert_equal_but_learner_stats(a, b):
 @settings(max_examples=25, deadline=None)
 @given(st.integers(-2**31, 2**31 - 1), st.integers(0, 2**32 - 1), st.integers(1, 40))
 def test_the_portable_philox_draws_what_jaxs_philox_draws(seed, data, size):
-    """``_platform.PHILOX`` (the high product word from 16-bit halves, so that it lowers on any
+    """``_platform.PHILOX`` (its product words from one uint64 product, so that it lowers on any
     device layout) against jax's own ``philox4x32``: keys, splits, fold-ins and draws bit for bit."""
     from jaxdqn._platform import PHILOX
 
@@ -282,6 +282,21 @@ def test_the_portable_philox_draws_what_jaxs_philox_draws(seed, data, size):
              lambda k: jax.random.uniform(k, (size,)), lambda k: jax.random.randint(k, (size,), 0, 7)]
     for draw in draws:
         np.testing.assert_array_equal(np.asarray(draw(ours)), np.asarray(draw(theirs)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=16), st.sampled_from([0xD2511F53, 0xCD9E8D57, 2**32 - 1]))
+def test_philox_product_words_are_numpys_64_bit_product(values, multiplier):
+    """``_mulhilo`` under jit with 64-bit types off (the default): the high and low words of the
+    exact product, as numpy's uint64 arithmetic computes them."""
+    from jaxdqn._platform import _mulhilo
+
+    a = np.array(values, np.uint32)
+    hi, lo = jax.jit(lambda x: _mulhilo(x, np.uint64(multiplier)))(a)
+    wide = a.astype(np.uint64) * np.uint64(multiplier)
+    assert hi.dtype == lo.dtype == jnp.uint32
+    np.testing.assert_array_equal(np.asarray(hi), (wide >> np.uint64(32)).astype(np.uint32))
+    np.testing.assert_array_equal(np.asarray(lo), (wide & np.uint64(0xFFFFFFFF)).astype(np.uint32))
 
 
 def test_the_portable_philox_runs_in_a_multi_device_program():
