@@ -1,6 +1,7 @@
 """Q-networks (flax linen): one module composed by flags, not a copy per variant.
 
-torso (MLP, or conv + MLP for image observations) -> optional LSTM core -> head, where the head
+torso (an MLP for vector observations; for images a conv stack alone, as RLlib's VisionNetwork,
+which ignores ``fcnet_hiddens``) -> optional LSTM core -> head, where the head
 is plain or dueling (``V + A - mean(A)``), scalar or distributional (C51 logits over
 ``num_atoms`` on ``[v_min, v_max]``), with dense or noisy (factorised Gaussian) layers.
 Shapes: observations ``[B, *obs]`` (or ``[B, T, *obs]`` with the LSTM), Q-values ``[B, A]``,
@@ -164,10 +165,13 @@ class QNetwork(nn.Module):
         if x.ndim - lead == 3:  # [*lead, H, W, C] images
             filters = self.conv_filters or default_conv_filters(x.shape[-3:])
             act = ACTIVATION_FNS[self.conv_activation]
-            # RLlib's VisionNetwork: "same" padding, but "valid" in the last layer.
+            # RLlib's VisionNetwork: "same" padding, but "valid" in the last layer; its features
+            # are the flattened last conv layer (fcnet_hiddens apply to vector observations only:
+            # a dense tanh stack on raw 0-255 pixel features saturates, every state alike).
             for i, (out, kernel, stride) in enumerate(filters):
                 padding = "VALID" if i == len(filters) - 1 else "SAME"
                 x = act(Conv(out, kernel, stride, padding, name=f"conv_{i}")(x))
+            return x.reshape(x.shape[:lead] + (-1,))
         x = x.reshape(x.shape[:lead] + (-1,))
         act = ACTIVATION_FNS[self.fcnet_activation]
         for i, width in enumerate(self.fcnet_hiddens):

@@ -152,11 +152,14 @@ def test_conv_keeps_leading_axes():
 def test_conv_torso_pads_as_rllibs_vision_network():
     """RLlib's VisionNetwork: "same" padding in every conv layer but the last, which is "valid":
     MinAtar's one 3x3 layer gives 8 x 8 x 16 features (the MinAtar paper's 1024), RLlib's 42x42
-    filters end in 1 x 1 x 256."""
+    filters end in 1 x 1 x 256. As there, ``fcnet_hiddens`` (here their default, two tanh layers
+    of 256) add no layer after the convs: the features are the last conv layer's."""
     for obs_shape, filters, features in [((10, 10, 4), ((16, 3, 1),), 8 * 8 * 16),
                                          ((42, 42, 4), ((16, 4, 2), (32, 4, 2), (256, 11, 1)), 256),
                                          ((84, 84, 4), ((32, 8, 4), (64, 4, 2), (64, 3, 1)), 9 * 9 * 64)]:
-        net = QNetwork(num_actions=3, fcnet_hiddens=(), conv_filters=filters, hiddens=(), dueling=False)
+        net = QNetwork(num_actions=3, conv_filters=filters, hiddens=(), dueling=False)
+        assert net.fcnet_hiddens == (256, 256)
         obs = jnp.zeros((1,) + obs_shape)
         params = net.init(RNGS, obs)["params"]
+        assert sorted(params) == ["advantage_out"] + [f"conv_{i}" for i in range(len(filters))]
         assert params["advantage_out"]["kernel"].shape == (features, 3), obs_shape
