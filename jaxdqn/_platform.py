@@ -70,6 +70,19 @@ def _philox(k0: Any, k1: Any, x0: Any, x1: Any, x2: Any, x3: Any) -> tuple[Array
     return x0, x1, x2, x3
 
 
+def _computed_once(key: Array, words: Array) -> Array:
+    """``words`` unchanged, divided by a 1 that XLA cannot fold (it comes from the key).
+
+    Why: XLA fuses cheap elementwise producers into every consumer, so a draw's ten rounds
+    (integer products, xors) were compiled and run once per op that used the draw, several
+    times over in each plan iteration. A division by a value XLA cannot prove constant is an
+    "expensive" op that fusion never duplicates: the rounds end in one fusion, computed once,
+    and the draw is read from memory by its consumers. One integer division per word costs
+    little beside the rounds' twenty products."""
+    one = jnp.maximum(jnp.minimum(key[0], jnp.uint32(1)), jnp.uint32(1))
+    return lax.div(words, one)
+
+
 def _counters(shape: tuple[int, ...]) -> tuple[Array, Array]:
     """The 64-bit flat index of every position of ``shape`` as (high, low) uint32 words."""
     size = math.prod(shape)
@@ -89,11 +102,11 @@ def _philox_split(key: Array, shape: tuple[int, ...]) -> Array:
     high, low = _counters(tuple(shape))
     zeros = jnp.zeros(shape, jnp.uint32)
     out = _philox(key[0], key[1], zeros, zeros, high, low)
-    return jnp.stack(out[:2], axis=len(shape))
+    return _computed_once(key, jnp.stack(out[:2], axis=len(shape)))
 
 
 def _philox_fold_in(key: Array, data: Any) -> Array:
-    return jnp.stack(_philox(key[0], key[1], 0, 0, 0, jnp.asarray(data, jnp.uint32))[:2])
+    return _computed_once(key, jnp.stack(_philox(key[0], key[1], 0, 0, 0, jnp.asarray(data, jnp.uint32))[:2]))
 
 
 def _philox_bits(key: Array, bit_width: int, shape: tuple[int, ...]) -> Array:
@@ -101,9 +114,9 @@ def _philox_bits(key: Array, bit_width: int, shape: tuple[int, ...]) -> Array:
     zeros = jnp.zeros(shape, jnp.uint32)
     out = _philox(key[0], key[1], high, low, zeros, zeros)
     if bit_width == 64:
-        wide = [lax.convert_element_type(x, jnp.uint64) for x in out[:2]]
+        wide = [lax.convert_element_type(x, jnp.uint64) for x in _computed_once(key, jnp.stack(out[:2]))]
         return (wide[0] << jnp.uint64(32)) | wide[1]
-    mixed = out[0] ^ out[1] ^ out[2] ^ out[3]
+    mixed = _computed_once(key, out[0] ^ out[1] ^ out[2] ^ out[3])
     return mixed if bit_width == 32 else lax.convert_element_type(mixed, {8: jnp.uint8, 16: jnp.uint16}[bit_width])
 
 

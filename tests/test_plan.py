@@ -309,3 +309,25 @@ def test_the_portable_philox_runs_in_a_multi_device_program():
                    axis_name="d")(keys)
     want = jnp.stack([jax.random.uniform(jax.random.fold_in(k, i), (3,)) for i, k in enumerate(keys)])
     np.testing.assert_array_equal(np.asarray(out), np.asarray(want))
+
+
+def test_each_philox_draw_is_computed_once_whatever_uses_it():
+    """XLA fuses cheap elementwise producers into each of their consumers; a draw's ten rounds
+    used by several ops (comparisons, products, a scan, a reduction) must still be computed once,
+    or every program compiles (and runs) the rounds once per consumer. Three Philox evaluations
+    here (one split, one float draw, one bits draw): at most 3 x 20 64-bit products (two per
+    round) in the compiled program."""
+    import re
+
+    from jaxdqn import _platform
+
+    def draws(key):
+        k0, k1, k2 = jax.random.split(jax.random.wrap_key_data(key, impl=_platform.PHILOX), 3)
+        u = jax.random.uniform(k0, (64,))
+        v = jax.random.bits(k1, (64,))
+        return (jnp.where(u < 0.3, v, 7), jnp.sum(u * v), jnp.cumsum(u), jnp.max(v >> 3),
+                jax.random.key_data(k2) + jax.random.key_data(k1)[0])
+
+    hlo = jax.jit(draws).lower(jnp.zeros(2, jnp.uint32)).compile().as_text()
+    products = re.findall(r"u64\[[0-9,]*\](?:\{[0-9,]*\})? multiply\(", hlo)
+    assert 0 < len(products) <= 3 * 20, len(products)
