@@ -122,15 +122,16 @@ def test_conv_is_the_same_convolution_on_both_paths(batch, height, width, channe
 
     x = np.asarray(jax.random.normal(jax.random.key(seed), (batch, height, width, channels)))
     conv = Conv(features, kernel, stride, padding)
-    params = conv.init(jax.random.key(seed + 1), x)
-    reference = nn.Conv(features, (kernel, kernel), (stride, stride), padding).init(jax.random.key(seed + 1), x)
+    params = jax.jit(conv.init)(jax.random.key(seed + 1), x)  # one program, not one per op
+    reference = jax.eval_shape(nn.Conv(features, (kernel, kernel), (stride, stride), padding).init,
+                               jax.random.key(seed + 1), x)
     assert jax.tree_util.tree_map(jnp.shape, params) == jax.tree_util.tree_map(jnp.shape, reference)
     p = jax.tree_util.tree_map(np.asarray, params)["params"]
     p["bias"] = np.asarray(jax.random.normal(jax.random.key(seed + 2), p["bias"].shape))
     original = _platform.conv_as_matmul
     _platform.conv_as_matmul = lambda: as_matmul
     try:
-        y = conv.apply({"params": p}, x)
+        y = jax.jit(conv.apply)({"params": p}, x)
     finally:
         _platform.conv_as_matmul = original
     np.testing.assert_allclose(np.asarray(y), numpy_conv(x, p["kernel"], p["bias"], stride, padding), rtol=1e-4,
