@@ -67,10 +67,10 @@ def test_matches_the_loop_twin(t_len, num_envs, seq_len, burn_frac, start_frac, 
     data = rng.integers(1, 100, size=(t_len, num_envs, 2)).astype(np.int32)
     states = rng.normal(size=(t_len, num_envs, 3)).astype(np.float32)
     first = rng.random((t_len, num_envs)) < 0.2
-    out = buffers.timeslice(
-        {"x": jnp.asarray(data)}, jnp.asarray(first), seq_len=seq_len, burn_in=burn_in, start=start,
-        states=jnp.asarray(states), zero_init_states=zero_init,
-    )
+    out = jax.jit(  # one program per example, not one per op
+        lambda x, f, st: buffers.timeslice({"x": x}, f, seq_len=seq_len, burn_in=burn_in, start=start, states=st,
+                                           zero_init_states=zero_init)
+    )(jnp.asarray(data), jnp.asarray(first), jnp.asarray(states))
     ref_data, ref_mask, ref_first, ref_init = timeslice_loops(
         data, first, seq_len=seq_len, burn_in=burn_in, start=start, states=states, zero_init_states=zero_init
     )
