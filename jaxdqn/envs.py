@@ -21,7 +21,7 @@ from gymnax.environments import spaces
 from gymnax.wrappers.purerl import GymnaxWrapper
 
 from jaxdqn import atari
-from jaxdqn.types import EnvStep  # noqa: F401 (re-exported: envs.EnvStep)
+from jaxdqn.types import Env, EnvStep
 
 Array = jax.Array
 
@@ -232,3 +232,9 @@ def step(spec: EnvSpec, key: Array, env_state: Any, action: Array) -> tuple[EnvS
         ),
         env_state,
     )
+
+
+def functions(spec: EnvSpec) -> Env:
+    """``spec``'s ``reset`` / ``step`` as the ``Env`` that rollouts and evaluations step."""
+    return Env(reset=lambda key, num_envs: reset(spec, key, num_envs),
+               step=lambda key, env_state, action: step(spec, key, env_state, action))

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 
-from jaxdqn.config import ExplorationConfig
+from jaxdqn.config import ExplorationConfig, Hyperparams
 
 Array = jax.Array
 
@@ -48,10 +48,11 @@ def piecewise_linear(points: Sequence[tuple[Any, Any]], t: Array) -> Array:
     return jnp.broadcast_to(value, t.shape).astype(jnp.float32)
 
 
-def epsilon(config: ExplorationConfig, t: Array) -> Array:
-    """Epsilon after ``t`` sampled steps: linear from initial to final over epsilon_timesteps."""
+def epsilon(schedule: ExplorationConfig | Hyperparams, t: Array) -> Array:
+    """Epsilon after ``t`` sampled steps: linear from ``initial_epsilon`` to ``final_epsilon``
+    over ``epsilon_timesteps`` (an ``exploration_config``, or a plan's ``Hyperparams``)."""
     return piecewise_linear(
-        [(0, config.initial_epsilon), (config.epsilon_timesteps, config.final_epsilon)], t
+        [(0, schedule.initial_epsilon), (schedule.epsilon_timesteps, schedule.final_epsilon)], t
     )
 
 
@@ -69,7 +70,7 @@ def greedy(q: Array) -> Array:
     return jnp.argmax(q, axis=-1).astype(jnp.int32)
 
 
-def behaviour_epsilon(config: ExplorationConfig, t: Array, *, explore: bool) -> Array:
+def behaviour_epsilon(schedule: ExplorationConfig | Hyperparams, t: Array, *, explore: bool) -> Array:
     """The epsilon a behaviour policy acts with after ``t`` sampled steps: the schedule's, or 0
     with ``explore=False`` (RLlib's top-level ``explore`` key)."""
-    return epsilon(config, t) if explore else jnp.float32(0.0)
+    return epsilon(schedule, t) if explore else jnp.float32(0.0)

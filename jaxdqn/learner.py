@@ -1,9 +1,11 @@
 """The learner: one SGD step of DQN / SimpleQ on a replayed batch, and the target sync.
 
-``make_train_step(config, network, optimizer, axis_name=None)`` returns a pure
-``train_step(state, sample, *, env_steps, key) -> (state, LearnInfo)``. ``env_steps`` (sampled
-so far) drives RLlib's ``lr_schedule``; ``key`` feeds noisy layers. With ``axis_name`` (inside
-``pmap``) gradients and statistics are averaged across devices with ``lax.pmean``.
+``make_train_step(loss, network, optimizer, lr=..., lr_schedule=..., gamma=..., axis_name=None)``
+returns a pure ``train_step(state, sample, *, env_steps, key) -> (state, LearnInfo)`` for the
+TD loss ``loss`` (a ``LossConfig``). ``env_steps`` (sampled so far) drives RLlib's
+``lr_schedule``; ``key`` feeds noisy layers. With ``axis_name`` (inside ``pmap``) gradients and
+statistics are averaged across devices with ``lax.pmean``. The numbers (``lr``, ``gamma``, the
+optimizer's ``adam_epsilon`` and ``grad_clip``) may be traced (a sweep's ``Hyperparams``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import optax
 from jax import lax
 
 from jaxdqn import exploration, losses
-from jaxdqn.config import DQNConfig
+from jaxdqn.config import LossConfig, OptimizerConfig
 from jaxdqn.networks import QNetwork
 from jaxdqn.types import Sample, Transition
 
@@ -49,11 +51,11 @@ def empty_info() -> LearnInfo:
     return LearnInfo(*(jnp.zeros((), jnp.float32) for _ in range(7)), jnp.zeros((0,), jnp.float32))
 
 
-def learning_rate(config: DQNConfig, env_steps: Array) -> Array:
+def learning_rate(lr: Any, lr_schedule: Any, env_steps: Array) -> Array:
     """``lr``, or RLlib's piecewise-linear ``lr_schedule`` over sampled env steps."""
-    if config.lr_schedule is None:
-        return jnp.asarray(config.lr, jnp.float32)
-    return exploration.piecewise_linear(config.lr_schedule, env_steps)
+    if lr_schedule is None:
+        return jnp.asarray(lr, jnp.float32)
+    return exploration.piecewise_linear(lr_schedule, env_steps)
 
 
 def clip_each_by_norm(max_norm: float) -> optax.GradientTransformation:
@@ -70,22 +72,24 @@ def clip_each_by_norm(max_norm: float) -> optax.GradientTransformation:
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
-def make_optimizer(config: DQNConfig) -> optax.GradientTransformation:
-    """The ``optimizer`` (Adam with ``adam_epsilon``, RLlib's; or RMSProp, see ``OptimizerConfig``)
-    after clipping at ``grad_clip``: the global norm over every tensor (``grad_clip_mode=
-    "global_norm"``, RLlib's torch policies) or each tensor's own norm (``"per_tensor"``, RLlib's
-    tf policies). The learning rate is a hyper-parameter set on every step from the schedule."""
-    opt = config.optimizer
-    if opt.type == "rmsprop":
+def make_optimizer(optimizer: OptimizerConfig, *, lr: Any, adam_epsilon: Any, grad_clip: Any,
+                   grad_clip_mode: str) -> optax.GradientTransformation:
+    """``optimizer`` (Adam with ``adam_epsilon``, RLlib's; or RMSProp, see ``OptimizerConfig``)
+    after clipping at ``grad_clip`` (None: none): the global norm over every tensor
+    (``grad_clip_mode="global_norm"``, RLlib's torch policies) or each tensor's own norm
+    (``"per_tensor"``, RLlib's tf policies). The learning rate is a hyper-parameter set on every
+    step from the schedule."""
+    if optimizer.type == "rmsprop":
         base = optax.inject_hyperparams(optax.rmsprop, static_args=("centered", "eps_in_sqrt"))(
-            learning_rate=config.lr, decay=opt.decay, eps=opt.epsilon, centered=opt.centered, eps_in_sqrt=False)
+            learning_rate=lr, decay=optimizer.decay, eps=optimizer.epsilon, centered=optimizer.centered,
+            eps_in_sqrt=False)
     else:
-        base = optax.inject_hyperparams(optax.adam)(learning_rate=config.lr, eps=config.adam_epsilon)
-    if config.grad_clip is None:
+        base = optax.inject_hyperparams(optax.adam)(learning_rate=lr, eps=adam_epsilon)
+    if grad_clip is None:
         return base
-    if config.grad_clip_mode == "per_tensor":
-        return optax.chain(clip_each_by_norm(config.grad_clip), base)
-    return optax.chain(optax.clip_by_global_norm(config.grad_clip), base)
+    if grad_clip_mode == "per_tensor":
+        return optax.chain(clip_each_by_norm(grad_clip), base)
+    return optax.chain(optax.clip_by_global_norm(grad_clip), base)
 
 
 def set_learning_rate(opt_state: Any, lr: Array) -> Any:
@@ -115,11 +119,11 @@ def init(network: QNetwork, optimizer: optax.GradientTransformation, key: Array,
     )
 
 
-def make_loss(config: DQNConfig, network: QNetwork) -> Callable:
+def make_loss(loss: LossConfig, network: QNetwork) -> Callable:
     """``loss(params, target_params, items: Transition, weights, key) -> (loss, (td [B], q_selected [B],
     mean_td_error []))``: ``td`` is ``target - Q`` (C51: the cross-entropy), the priority's source;
     ``mean_td_error`` is RLlib's statistic, the mean of ``Q - target`` (C51: of the cross-entropy)."""
-    td_loss = losses.huber if config.td_error_loss_fn == "huber" else losses.mse
+    td_loss = losses.huber if loss.td_error_loss_fn == "huber" else losses.mse
 
     def apply(params, obs, key):
         return network.apply(params, obs, rngs={"noise": key})
@@ -128,10 +132,10 @@ def make_loss(config: DQNConfig, network: QNetwork) -> Callable:
         online_key, target_key, selector_key = jax.random.split(key, 3)
         out_tm1 = apply(params, items.obs, online_key)
         out_t = apply(target_params, items.next_obs, target_key)
-        selector = apply(lax.stop_gradient(params), items.next_obs, selector_key) if config.double_q else out_t
+        selector = apply(lax.stop_gradient(params), items.next_obs, selector_key) if loss.double_q else out_t
         q_selected = jnp.take_along_axis(out_tm1.q, items.action[:, None], axis=-1)[:, 0]
-        if config.num_atoms == 1:
-            if config.double_q:
+        if network.head.num_atoms == 1:
+            if loss.double_q:
                 td = jax.vmap(losses.double_q_learning_td)(
                     out_tm1.q, items.action, items.reward, items.discount, out_t.q, selector.q
                 )
@@ -152,7 +156,7 @@ def make_loss(config: DQNConfig, network: QNetwork) -> Callable:
     return loss_fn
 
 
-def make_sequence_loss(config: DQNConfig, network: QNetwork, *, eta: float = 0.9) -> Callable:
+def make_sequence_loss(loss: LossConfig, network: QNetwork, *, gamma: Any, eta: float = 0.9) -> Callable:
     """Recurrent Q-learning on ``SequenceItem`` items (R2D2-style), with burn-in and n-step targets.
 
     ``items.data`` is a ``Transition`` of *one-step* transitions with leaves ``[B, L, ...]``
@@ -165,7 +169,7 @@ def make_sequence_loss(config: DQNConfig, network: QNetwork, *, eta: float = 0.9
     The bootstrap value of step ``t`` is the target network's Q on ``next_obs[t]`` from its state
     after ``obs[t]``: exact at every step, also at a truncation inside the slice (where
     ``next_obs`` is the old episode's final observation, not the next slot's ``obs``). n-step
-    targets (``config.n_step``) are summed inside the slice and stop at an episode's end and at
+    targets (``loss.n_step``) are summed inside the slice and stop at an episode's end and at
     the slice's last valid step, which then bootstraps with ``gamma ** k`` for the ``k`` steps
     taken (``losses.n_step_returns``).
 
@@ -173,8 +177,8 @@ def make_sequence_loss(config: DQNConfig, network: QNetwork, *, eta: float = 0.9
     is RLlib's / R2D2's mix ``eta * max|td| + (1 - eta) * mean|td|`` over its trained steps;
     ``mean_td_error`` is RLlib's statistic, the mean of ``Q - target`` over all trained steps.
     """
-    td_loss = losses.huber if config.td_error_loss_fn == "huber" else losses.mse
-    burn_in, gamma, n = config.burn_in, config.gamma, config.n_step
+    td_loss = losses.huber if loss.td_error_loss_fn == "huber" else losses.mse
+    burn_in, n = loss.burn_in, loss.n_step
 
     def unroll(params, obs, state, first, key, all_states=False):
         return network.apply(params, obs, state, first, all_states=all_states, rngs={"noise": key})
@@ -202,7 +206,7 @@ def make_sequence_loss(config: DQNConfig, network: QNetwork, *, eta: float = 0.9
             q_tm1 = unroll(params, data.obs, state, items.first, online_key)[0].q
         _, target_states = unroll(target_params, data.obs, state, items.first, target_key, all_states=True)
         q_next = bootstrap_q(target_params, data.next_obs, target_states, next_key)  # [B, L, A]
-        if config.double_q:
+        if loss.double_q:
             frozen = lax.stop_gradient(params)
             _, online_states = unroll(frozen, data.obs, state, items.first, select_key, all_states=True)
             selector = bootstrap_q(frozen, data.next_obs, online_states, select_key)
@@ -233,16 +237,13 @@ def make_sequence_loss(config: DQNConfig, network: QNetwork, *, eta: float = 0.9
     return loss_fn
 
 
-def make_train_step(
-    config: DQNConfig,
-    network: QNetwork,
-    optimizer: optax.GradientTransformation,
-    axis_name: str | None = None,
-) -> Callable[..., tuple[LearnerState, LearnInfo]]:
+def make_train_step(loss: LossConfig, network: QNetwork, optimizer: optax.GradientTransformation, *, lr: Any,
+                    lr_schedule: Any = None, gamma: Any = 0.99, axis_name: str | None = None
+                    ) -> Callable[..., tuple[LearnerState, LearnInfo]]:
     """The pure SGD step on a replayed ``Sample`` of ``Transition`` items (or, with
-    ``model.use_lstm``, of ``SequenceItem`` items: then ``td_error`` is one priority per
-    sequence)."""
-    loss_fn = make_sequence_loss(config, network) if config.model.use_lstm else make_loss(config, network)
+    ``loss.recurrent``, of ``SequenceItem`` items: then ``td_error`` is one priority per
+    sequence, and ``gamma`` discounts the n-step sums the loss takes inside each slice)."""
+    loss_fn = make_sequence_loss(loss, network, gamma=gamma) if loss.recurrent else make_loss(loss, network)
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
     def mean(x):
@@ -250,19 +251,19 @@ def make_train_step(
 
     # Sequences mark their untrained steps NaN in ``q_selected``; feed-forward batches have none,
     # and the plain reductions are fewer kernels than the NaN-skipping ones.
-    if config.model.use_lstm:
+    if loss.recurrent:
         q_mean, q_min, q_max = jnp.nanmean, jnp.nanmin, jnp.nanmax
     else:
         q_mean, q_min, q_max = jnp.mean, jnp.min, jnp.max
 
-    def statistics(loss, td, q_selected, mean_td_error, grads, lr) -> LearnInfo:
+    def statistics(value, td, q_selected, mean_td_error, grads, rate) -> LearnInfo:
         return LearnInfo(
-            loss=mean(loss),
+            loss=mean(value),
             mean_q=mean(q_mean(q_selected)),
             min_q=lax.pmin(q_min(q_selected), axis_name) if axis_name else q_min(q_selected),
             max_q=lax.pmax(q_max(q_selected), axis_name) if axis_name else q_max(q_selected),
             mean_td_error=mean(mean_td_error),
-            cur_lr=lr,
+            cur_lr=rate,
             grad_gnorm=optax.tree.norm(grads),
             td_error=td,
         )
@@ -274,15 +275,15 @@ def make_train_step(
         every parameter, four reductions of the batch) as dead code that XLA removes: the plan
         does so on every SGD step but a chunk's last, whose statistics RLlib reports.
         """
-        (loss, (td, q_selected, mean_td_error)), grads = grad_fn(
+        (value, (td, q_selected, mean_td_error)), grads = grad_fn(
             state.params, state.target_params, sample.items, sample.weights, key
         )
         grads = mean(grads)
-        lr = learning_rate(config, env_steps)
-        opt_state = set_learning_rate(state.opt_state, lr)
+        rate = learning_rate(lr, lr_schedule, env_steps)
+        opt_state = set_learning_rate(state.opt_state, rate)
         updates, opt_state = optimizer.update(grads, opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        info = statistics(loss, td, q_selected, mean_td_error, grads, lr)
+        info = statistics(value, td, q_selected, mean_td_error, grads, rate)
         return state._replace(params=params, opt_state=opt_state, num_updates=state.num_updates + 1), info
 
     return train_step

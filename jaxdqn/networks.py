@@ -128,43 +128,38 @@ class NoisyDense(nn.Module):
 
 
 class QNetwork(nn.Module):
-    """The Q-network of a ``DQNConfig``; see the module docstring."""
+    """The Q-network of a torso (``ModelConfig``, RLlib's ``model``) and a Q head
+    (``QHeadConfig``: ``hiddens``, ``dueling``, C51's atoms, noisy layers); see the module
+    docstring."""
 
     num_actions: int
-    fcnet_hiddens: tuple[int, ...] = (256, 256)
-    fcnet_activation: str = "tanh"
-    conv_filters: tuple[tuple[int, int, int], ...] | None = None
-    conv_activation: str = "relu"
-    hiddens: tuple[int, ...] = (256,)
-    dueling: bool = True
-    num_atoms: int = 1
-    v_min: float = -10.0
-    v_max: float = 10.0
-    noisy: bool = False
-    sigma0: float = 0.5
-    use_lstm: bool = False
-    lstm_cell_size: int = 256
+    model: ModelConfig = ModelConfig()
+    head: QHeadConfig = QHeadConfig()
+
+    @property
+    def use_lstm(self) -> bool:
+        return self.model.use_lstm
 
     def dense(self, features: int, name: str) -> Any:
-        if self.noisy:
-            return NoisyDense(features, self.sigma0, name=name)
+        if self.head.noisy:
+            return NoisyDense(features, self.head.sigma0, name=name)
         return nn.Dense(features, name=name)
 
     def apply_dense(self, layer: Any, x: Array, deterministic: bool) -> Array:
-        return layer(x, deterministic) if self.noisy else layer(x)
+        return layer(x, deterministic) if self.head.noisy else layer(x)
 
     @property
     def support(self) -> Array:
         """The C51 atoms ``[N]``."""
-        return jnp.linspace(self.v_min, self.v_max, self.num_atoms)
+        return jnp.linspace(self.head.v_min, self.head.v_max, self.head.num_atoms)
 
     def torso(self, obs: Array) -> Array:
         """Features ``[*lead, F]`` of observations ``[*lead, *obs]`` (lead: B, or B, T)."""
         lead = 2 if self.use_lstm else 1
         x = obs.astype(jnp.float32)
         if x.ndim - lead == 3:  # [*lead, H, W, C] images
-            filters = self.conv_filters or default_conv_filters(x.shape[-3:])
-            act = ACTIVATION_FNS[self.conv_activation]
+            filters = self.model.conv_filters or default_conv_filters(x.shape[-3:])
+            act = ACTIVATION_FNS[self.model.conv_activation]
             # RLlib's VisionNetwork: "same" padding, but "valid" in the last layer; its features
             # are the flattened last conv layer (fcnet_hiddens apply to vector observations only:
             # a dense tanh stack on raw 0-255 pixel features saturates, every state alike).
@@ -173,23 +168,23 @@ class QNetwork(nn.Module):
                 x = act(Conv(out, kernel, stride, padding, name=f"conv_{i}")(x))
             return x.reshape(x.shape[:lead] + (-1,))
         x = x.reshape(x.shape[:lead] + (-1,))
-        act = ACTIVATION_FNS[self.fcnet_activation]
-        for i, width in enumerate(self.fcnet_hiddens):
+        act = ACTIVATION_FNS[self.model.fcnet_activation]
+        for i, width in enumerate(self.model.fcnet_hiddens):
             x = act(nn.Dense(width, name=f"fc_{i}")(x))
         return x
 
-    def head(self, x: Array, deterministic: bool) -> QOutput:
-        atoms = self.num_atoms
+    def q_values(self, x: Array, deterministic: bool) -> QOutput:
+        atoms = self.head.num_atoms
 
         def branch(x: Array, out: int, name: str) -> Array:
-            for i, width in enumerate(self.hiddens):
+            for i, width in enumerate(self.head.hiddens):
                 x = nn.relu(self.apply_dense(self.dense(width, f"{name}_hidden_{i}"), x, deterministic))
             return self.apply_dense(self.dense(out, f"{name}_out"), x, deterministic)
 
         advantages = branch(x, self.num_actions * atoms, "advantage").reshape(
             x.shape[:-1] + (self.num_actions, atoms)
         )
-        if self.dueling:
+        if self.head.dueling:
             value = branch(x, atoms, "value").reshape(x.shape[:-1] + (1, atoms))
             advantages = value + advantages - jnp.mean(advantages, axis=-2, keepdims=True)
         if atoms == 1:
@@ -199,7 +194,7 @@ class QNetwork(nn.Module):
 
     def initial_state(self, batch_size: int) -> tuple[Array, Array]:
         """Zero LSTM state ``(c, h)``, each ``[B, cell]``."""
-        zeros = jnp.zeros((batch_size, self.lstm_cell_size), jnp.float32)
+        zeros = jnp.zeros((batch_size, self.model.lstm_cell_size), jnp.float32)
         return zeros, zeros
 
     @nn.compact
@@ -216,14 +211,14 @@ class QNetwork(nn.Module):
         ``(QOutput [B, T, ...], final state)``, or with ``all_states`` the state after every
         step, ``(c, h)`` each ``[B, T, cell]`` (the sequence loss bootstraps from them)."""
         if not self.use_lstm:
-            return self.head(self.torso(obs), deterministic)
+            return self.q_values(self.torso(obs), deterministic)
         features = self.torso(obs)  # [B, T, F]
         batch, steps = features.shape[:2]
         if state is None:
             state = self.initial_state(batch)
         if first is None:
             first = jnp.zeros((batch, steps), bool)
-        cell = nn.OptimizedLSTMCell(self.lstm_cell_size, name="lstm")
+        cell = nn.OptimizedLSTMCell(self.model.lstm_cell_size, name="lstm")
 
         def step(cell, carry, inputs):
             x, reset = inputs
@@ -236,25 +231,4 @@ class QNetwork(nn.Module):
         state, outputs = scan(cell, state, (features, first))
         if all_states:
             outputs, state = outputs
-        return self.head(outputs, deterministic), state
-
-
-def make_network(model: ModelConfig, head: QHeadConfig, num_actions: int) -> QNetwork:
-    """The ``QNetwork`` of a torso (``ModelConfig``, RLlib's ``model``) and a Q head
-    (``DQNConfig.head``: ``hiddens``, ``dueling``, C51's atoms, noisy layers)."""
-    return QNetwork(
-        num_actions=num_actions,
-        fcnet_hiddens=model.fcnet_hiddens,
-        fcnet_activation=model.fcnet_activation,
-        conv_filters=model.conv_filters,
-        conv_activation=model.conv_activation,
-        hiddens=head.hiddens,
-        dueling=head.dueling,
-        num_atoms=head.num_atoms,
-        v_min=head.v_min,
-        v_max=head.v_max,
-        noisy=head.noisy,
-        sigma0=head.sigma0,
-        use_lstm=model.use_lstm,
-        lstm_cell_size=model.lstm_cell_size,
-    )
+        return self.q_values(outputs, deterministic), state

@@ -254,7 +254,7 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
     stacked = (lambda f: jax.vmap(f)) if S is not None else (lambda f: f)
     if values:  # a sweep: the plan of each run's trial, built from its traced values
         def traced(v: dict[str, Any]) -> "Plan":
-            return make_plan(sweep.traced_config(config, v), before_learn_on_batch=before_learn_on_batch)
+            return make_plan(config, before_learn_on_batch=before_learn_on_batch, hyper=sweep.hyperparams(config, v))
 
         init_one = lambda key, v: traced(v).init(key)  # noqa: E731
         chunk_one = lambda state, v: traced(v).chunk(state)  # noqa: E731

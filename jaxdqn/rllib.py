@@ -12,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from jaxdqn.config import (RLLIB_RUN_NAMES, atari_game, DQNConfig, ExplorationConfig, ModelConfig, _fail, _is_number,
-                           _unknown, config_class)
+from jaxdqn.config import RLLIB_RUN_NAMES, DQNConfig, ExplorationConfig, ModelConfig, atari_game, config_class
+from jaxdqn.config.fields import fail, is_number, section, unknown_key
+
+UNKNOWN = "unknown or unsupported RLlib config key"
 
 # How ``from_rllib`` treats every key of RLlib 1.x's COMMON_CONFIG, DQN / SimpleQ DEFAULT_CONFIG
 # and MODEL_DEFAULTS that is not one of our fields (docs/rllib.md, "RLlib keys"):
@@ -48,16 +50,16 @@ def _atari_option(key: str, value: Any) -> dict[str, Any]:
     """The ALE options (``env_params``) of one of RLlib's preprocessing keys for an Atari env."""
     if key == "dim":
         if not isinstance(value, int) or isinstance(value, bool) or value < 8:
-            _fail("model.dim", value, "must be an int >= 8 (the frames' side)")
+            fail("model.dim", value, "must be an int >= 8 (the frames' side)")
         return {"img_height": value, "img_width": value}
     if key == "framestack":
         if not isinstance(value, bool):
-            _fail("model.framestack", value, "must be a bool")
+            fail("model.framestack", value, "must be a bool")
         return {"stack_num": 4 if value else 1}
     if key == "grayscale" and value is not True and value is not False:
-        _fail("model.grayscale", value, "must be a bool")
+        fail("model.grayscale", value, "must be a bool")
     if key == "grayscale" and value is False:
-        _fail("model.grayscale", value, "only grayscale frames are supported (RLlib's DeepMind preprocessing)")
+        fail("model.grayscale", value, "only grayscale frames are supported (RLlib's DeepMind preprocessing)")
     return {}  # grayscale True; zero_mean: RLlib's DeepMind preprocessing does not use it
 
 
@@ -93,12 +95,8 @@ FIXED_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
 }
 
 # RENAMED: later RLlib names of the same setting (1.x's last names, and Ray 2.0's, which its
-# tuned examples such as atari-duel-ddqn.yaml use).
-RENAMED_KEYS = {"metrics_num_episodes_for_smoothing": "metrics_smoothing_episodes",
-                "min_time_s_per_reporting": "min_iter_time_s",
-                "min_time_s_per_iteration": "min_iter_time_s",
-                "min_sample_timesteps_per_reporting": "timesteps_per_iteration",
-                "min_sample_timesteps_per_iteration": "timesteps_per_iteration"}
+# tuned examples such as atari-duel-ddqn.yaml use): the ``rllib`` metadata of our fields.
+RENAMED_KEYS = {alias: f.name for f in dataclasses.fields(DQNConfig) for alias in f.metadata["rllib"]}
 
 
 def _fixed(key: str, value: Any) -> None:
@@ -122,7 +120,7 @@ def map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in config.items():
         key = RENAMED_KEYS.get(key, key)
         if key == "num_gpus":
-            if _is_number(value) and value >= 2:
+            if is_number(value) and value >= 2:
                 out["num_devices"] = int(value)  # RLlib's multi-GPU learner: our data-parallel devices
             continue  # 0 or 1 (or a fraction): where the learner runs is JAX's default device
         if key in IGNORED_KEYS:
@@ -146,17 +144,11 @@ def map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
                     _fixed(f"model.{k}", v)
                     continue
                 if k not in model_fields:
-                    _unknown(f"model.{k}", {f"model.{f}" for f in model_fields})
+                    unknown_key(f"model.{k}", {f"model.{f}" for f in model_fields}, UNKNOWN)
                 model[k] = v
             out["model"] = ModelConfig(**model)
         elif key == "exploration_config":
-            expl_fields = {f.name for f in dataclasses.fields(ExplorationConfig)}
-            expl = {}
-            for k, v in dict(value).items():
-                if k not in expl_fields:
-                    _unknown(f"exploration_config.{k}", {f"exploration_config.{f}" for f in expl_fields})
-                expl[k] = v
-            out["exploration_config"] = ExplorationConfig(**expl)
+            out[key] = section(key, value, ExplorationConfig, UNKNOWN)
         elif key == "multiagent":
             multiagent = dict(value)
             policies = multiagent.get("policies") or {}
@@ -166,12 +158,12 @@ def map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
                                  "replay (as in RLlib): set prioritized_replay=False or replay_mode="
                                  "'independent'")
             if multiagent.get("observation_fn") is not None:
-                _fail("multiagent.observation_fn", multiagent["observation_fn"],
+                fail("multiagent.observation_fn", multiagent["observation_fn"],
                       "is not supported: agents observe what the environment gives them")
             if policies:
                 ignored = {"observation_fn", "count_steps_by", "policy_map_capacity", "policy_map_cache"}
                 if multiagent.get("count_steps_by", "env_steps") != "env_steps":
-                    _fail("multiagent.count_steps_by", multiagent["count_steps_by"], "supported: 'env_steps'")
+                    fail("multiagent.count_steps_by", multiagent["count_steps_by"], "supported: 'env_steps'")
                 out["multiagent"] = {k: v for k, v in multiagent.items() if k not in ignored}
         elif key == "replay_buffer_config":
             buffer = dict(value)
@@ -180,7 +172,7 @@ def map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
                 kinds = {"MultiAgentReplayBuffer": False, "ReplayBuffer": False,
                          "MultiAgentPrioritizedReplayBuffer": True, "PrioritizedReplayBuffer": True}
                 if kind not in kinds:
-                    _fail("replay_buffer_config.type", kind, f"supported: {sorted(kinds)}")
+                    fail("replay_buffer_config.type", kind, f"supported: {sorted(kinds)}")
                 out["prioritized_replay"] = kinds[kind]
             for k, v in buffer.items():
                 target = {"capacity": "buffer_size", "replay_batch_size": None, "_enable_replay_buffer_api": None,
@@ -190,7 +182,7 @@ def map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
                 if target is None:
                     continue
                 if target not in fields:
-                    _unknown(f"replay_buffer_config.{k}", {f"replay_buffer_config.{f}" for f in fields})
+                    unknown_key(f"replay_buffer_config.{k}", {f"replay_buffer_config.{f}" for f in fields}, UNKNOWN)
                 out[target] = v
         elif key == "env":
             out["env"] = value
@@ -205,8 +197,8 @@ def map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
                 value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
             out[key] = value
         else:
-            _unknown(key, fields | set(IGNORED_KEYS) | set(FIXED_KEYS) | {"model", "exploration_config", "multiagent",
-                                                                          "replay_buffer_config", "env_config"})
+            unknown_key(key, fields | set(IGNORED_KEYS) | set(FIXED_KEYS) | {"model", "exploration_config", "multiagent",
+                                                                          "replay_buffer_config", "env_config"}, UNKNOWN)
     if env_config is not None or atari_options:
         out["env_params"] = {**atari_options, **(env_config or {})}
     return out

@@ -1,47 +1,55 @@
-"""Rollouts: ``E`` vmapped gymnax environments stepped for a fragment, turned into n-step
-transitions that are exact across fragment boundaries.
+"""Rollouts: ``E`` environments stepped for a fragment by one loop, for one agent or several
+(the agents' dict is a pytree), and the items a fragment's steps make for the replay.
 
-The actor keeps the last ``n - 1`` raw steps of the previous fragment (``ActorState.pending``):
-a fragment of ``F`` new steps is appended to them, and the first ``F`` steps of that window,
-each of which now sees ``n - 1`` steps ahead, become transitions. The n-step return of a step
-stops at its episode's end (``losses.n_step_returns``: ``gamma^k`` for the ``k`` steps taken, 0
-after a termination), so a transition never mixes two episodes. ``prime`` fills ``pending``
-once before the first fragment, so every fragment emits exactly ``F * E`` transitions (static
-shapes).
+``run_steps`` acts (an ``Act`` closed over the params and epsilon), steps the ``Env`` and keeps
+episode returns (per agent) and lengths. ``fragment`` runs ``F`` new steps after the ``P``
+steps carried from the previous fragment (``ActorState.pending``) and returns that window
+``[P + F, E]``; the caller turns it into items:
 
-Recurrent Q-networks: the actor also carries a ``Memory`` (the recurrent state and whether the
-current observation starts an episode, where the network resets the state); the policy then is
-``(params, obs, key, memory) -> (actions, recurrent state)`` and every ``RawStep`` records the
-memory it acted from, so the store step can cut sequences that start from the right state.
+- ``n_step_transitions``: with ``P = n - 1``, each of the first ``F`` steps of the window sees
+  ``n - 1`` steps ahead, so transitions are exact across fragment boundaries. The n-step return
+  of a step stops at its episode's end (``losses.n_step_returns``: ``gamma^k`` for the ``k``
+  steps taken, 0 after a termination), so a transition never mixes two episodes. ``prime``
+  fills ``pending`` once before the first fragment, so every fragment emits exactly ``F * E``
+  transitions (static shapes).
+- ``frame_items``: the same transitions with stacked-frame observations stored once.
+- ``sequence_items``: recurrent Q-networks' slices; ``P`` is the burn-in of the first slice.
+
+Recurrent actors also carry a ``Memory`` (the recurrent state and whether the current
+observation starts an episode, where the network resets the state); their ``Act`` returns
+``(actions, recurrent state)`` and every ``RawStep`` records the memory it acted from, so that
+sequences start from the right state.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxdqn import buffers, envs, losses
-from jaxdqn.types import FrameItems, FrameRef, SequenceItem, Transition, episode_ended
+from jaxdqn import buffers, losses
+from jaxdqn.types import Env, FrameItems, FrameRef, SequenceItem, Transition, episode_ended
 
 Array = jax.Array
+tree_map = jax.tree_util.tree_map
 
 
 class RawStep(NamedTuple):
-    """One environment step before n-step assembly; leaves ``[..., E, ...]``."""
+    """Environment steps before item assembly; leaves ``[..., E, ...]``. The step fields are one
+    array per field for one agent, a dict agent id -> array for several."""
 
-    obs: Array
-    action: Array  # int32
-    reward: Array  # float32
-    terminated: Array  # bool
-    truncated: Array  # bool
-    next_obs: Array  # the true successor (gymnax's final observation at an episode's end)
+    obs: Any
+    action: Any  # int32
+    reward: Any  # float32
+    terminated: Any  # bool
+    truncated: Any  # bool
+    next_obs: Any  # the true successor (the final observation at an episode's end)
     memory: Any = ()  # recurrent actors: the Memory acted from (before the step); () otherwise
-    # The step is a transition: multi-agent actors, the agent still played; batched (ALE) envs,
-    # the step is not an autoreset one (``envs.EnvStep.valid``). () otherwise (every step is).
-    acted: Any = ()
+    acted: Any = ()  # the step is a transition (``EnvStep.valid``); () where every step is
 
 
 class Memory(NamedTuple):
@@ -53,10 +61,10 @@ class Memory(NamedTuple):
 
 class ActorState(NamedTuple):
     env_state: Any
-    obs: Array  # [E, *obs], to act on next
-    episode_return: Array  # [E] float32, of the running episodes
+    obs: Any  # [E, *obs] (per agent), to act on next
+    episode_return: Any  # [E] float32 per agent, of the running episodes
     episode_length: Array  # [E] int32
-    pending: RawStep  # leaves [n - 1, E, ...]: the look-ahead carried into the next fragment
+    pending: RawStep  # leaves [P, E, ...]: the steps carried into the next fragment
     memory: Any = ()  # recurrent actors: Memory, leaves [E, ...]; () for feed-forward ones
 
 
@@ -64,12 +72,18 @@ class Episodes(NamedTuple):
     """Episodes that ended during a fragment: ``done`` marks where, ``[F, E]``."""
 
     done: Array  # bool
-    episode_return: Array  # float32, valid where done
+    episode_return: Any  # float32 per agent, valid where done (``joint_return`` sums the agents)
     episode_length: Array  # int32, valid where done
 
 
-Policy = Callable[..., Any]  # (params, obs [E, *obs], key) -> actions [E]; recurrent: see the module doc
+# (obs [E, ...], key) -> actions [E]; recurrent: (obs, key, memory) -> (actions, recurrent state)
+Act = Callable[..., Any]
 View = Callable[[RawStep], RawStep]  # what the learner sees of a step (see ``make_view``)
+
+
+def joint_return(episodes: Episodes) -> Array:
+    """The episodes' returns summed over the agents (RLlib's ``episode_reward``)."""
+    return functools.reduce(operator.add, jax.tree_util.tree_leaves(episodes.episode_return))
 
 
 def clip_reward(reward: Array, clip_rewards: Any) -> Array:
@@ -92,91 +106,104 @@ def make_view(*, clip_rewards: Any = None, no_done_at_end: bool = False) -> View
         return None
 
     def view(raw: RawStep) -> RawStep:
-        raw = raw._replace(reward=clip_reward(raw.reward, clip_rewards))
+        raw = raw._replace(reward=tree_map(lambda r: clip_reward(r, clip_rewards), raw.reward))
         if no_done_at_end:
-            raw = raw._replace(terminated=jnp.zeros_like(raw.terminated), truncated=raw.truncated | raw.terminated)
+            raw = raw._replace(terminated=tree_map(jnp.zeros_like, raw.terminated),
+                               truncated=tree_map(operator.or_, raw.truncated, raw.terminated))
         return raw
 
     return view
 
 
-def run_steps(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array,
-              num_steps: int, view: View | None = None) -> tuple[ActorState, RawStep, Episodes]:
-    """Step every environment ``num_steps`` times with ``policy``; raw steps ``[T, E]`` as the
+def run_steps(env: Env, act: Act, actor: ActorState, key: Array, num_steps: int,
+              view: View | None = None) -> tuple[ActorState, RawStep, Episodes]:
+    """Step every environment ``num_steps`` times with ``act``; raw steps ``[T, E]`` as the
     learner sees them (``view``), episodes as the env scored them."""
+    recurrent = isinstance(actor.memory, Memory)
 
     def body(actor: ActorState, key: Array):
         act_key, env_key = jax.random.split(key)
-        recurrent = isinstance(actor.memory, Memory)
         if recurrent:
-            action, state = policy(params, actor.obs, act_key, actor.memory)
+            action, state = act(actor.obs, act_key, actor.memory)
         else:
-            action = policy(params, actor.obs, act_key)
-        out, env_state = envs.step(spec, env_key, actor.env_state, action)
+            action = act(actor.obs, act_key)
+        out, env_state = env.step(env_key, actor.env_state, action)
         done = episode_ended(out)
-        ret = actor.episode_return + out.reward
-        length = actor.episode_length + (1 if out.valid is None else out.valid.astype(jnp.int32))
-        raw = RawStep(obs=actor.obs, action=action.astype(jnp.int32), reward=out.reward,
+        returns = tree_map(operator.add, actor.episode_return, out.reward)
+        counted = 1 if out.valid is None else functools.reduce(operator.or_, jax.tree_util.tree_leaves(out.valid))
+        length = actor.episode_length + (1 if out.valid is None else counted.astype(jnp.int32))
+        raw = RawStep(obs=actor.obs, action=tree_map(lambda a: a.astype(jnp.int32), action), reward=out.reward,
                       terminated=out.terminated, truncated=out.truncated, next_obs=out.next_obs,
                       memory=actor.memory, acted=() if out.valid is None else out.valid)
         if view is not None:
             raw = view(raw)
-        episodes = Episodes(done=done, episode_return=ret, episode_length=length)
+        episodes = Episodes(done=done, episode_return=returns, episode_length=length)
         actor = actor._replace(env_state=env_state, obs=out.obs,
-                               episode_return=jnp.where(done, 0.0, ret),
+                               episode_return=tree_map(lambda r: jnp.where(done, 0.0, r), returns),
                                episode_length=jnp.where(done, 0, length),
                                memory=Memory(state=state, first=done) if recurrent else actor.memory)
         return actor, (raw, episodes)
 
-    if num_steps == 1:  # no one-trip loop (see plan.repeat)
+    if num_steps == 1:  # no one-trip loop: a while loop with its carry copies on every outer trip
         actor, out = body(actor, key)
-        raw, episodes = jax.tree_util.tree_map(lambda x: x[None], out)
+        raw, episodes = tree_map(lambda x: x[None], out)
     else:
         actor, (raw, episodes) = lax.scan(body, actor, jax.random.split(key, num_steps))
     return actor, raw, episodes
 
 
-def init_pending(obs: Array, num_envs: int, n_step: int, memory: Any = ()) -> RawStep:
-    """``n_step - 1`` zero steps (``obs`` ``[E, *obs]`` gives the shapes) until ``prime`` or, for
-    sequences, the first fragment fills them; a recurrent actor's memories start with ``first``
-    False, so the slicer masks these steps."""
-    zeros = lambda x: jnp.zeros((n_step - 1,) + jnp.shape(x), jnp.asarray(x).dtype)  # noqa: E731
-    return RawStep(
-        obs=zeros(obs),
-        action=jnp.zeros((n_step - 1, num_envs), jnp.int32),
-        reward=jnp.zeros((n_step - 1, num_envs), jnp.float32),
-        terminated=jnp.zeros((n_step - 1, num_envs), bool),
-        truncated=jnp.zeros((n_step - 1, num_envs), bool),
-        next_obs=zeros(obs),
-        memory=jax.tree_util.tree_map(zeros, memory),
-    )
-
-
-def init(spec: envs.EnvSpec, key: Array, num_envs: int, n_step: int, *,
-         recurrent_state: Any = None) -> ActorState:
-    """Fresh episodes with ``init_pending`` look-ahead. ``recurrent_state`` (leaves ``[E, ...]``,
-    the network's initial state) makes a recurrent actor: its memory starts there, every env at
-    an episode's first observation."""
-    obs, env_state = envs.reset(spec, key, num_envs)
+def init(env: Env, key: Array, num_envs: int, pending: int, *, recurrent_state: Any = None,
+         acted: bool = False) -> ActorState:
+    """Fresh episodes and ``pending`` zero steps (``acted`` False where steps carry their
+    validity) until ``prime`` or, for sequences, the first fragment fills them.
+    ``recurrent_state`` (leaves ``[E, ...]``, the network's initial state) makes a recurrent
+    actor: its memory starts there, every env at an episode's first observation; the pending
+    steps' memories have ``first`` False, so the slicer masks them."""
+    obs, env_state = env.reset(key, num_envs)
     memory: Any = ()
     if recurrent_state is not None:
         memory = Memory(state=recurrent_state, first=jnp.ones((num_envs,), bool))
-    pending = init_pending(obs, num_envs, n_step, memory)
-    if envs.is_batched(spec):  # steps carry their validity (``RawStep.acted``)
-        pending = pending._replace(acted=jnp.zeros((n_step - 1, num_envs), bool))
-    return ActorState(env_state=env_state, obs=obs, episode_return=jnp.zeros((num_envs,), jnp.float32),
-                      episode_length=jnp.zeros((num_envs,), jnp.int32), pending=pending, memory=memory)
+    zeros = lambda x, dtype=None: jnp.zeros((pending,) + jnp.shape(x), dtype or jnp.asarray(x).dtype)  # noqa: E731
+    per_env = jnp.zeros((num_envs,))
+    steps = RawStep(obs=tree_map(zeros, obs), action=tree_map(lambda o: zeros(per_env, jnp.int32), obs),
+                    reward=tree_map(lambda o: zeros(per_env, jnp.float32), obs),
+                    terminated=tree_map(lambda o: zeros(per_env, bool), obs),
+                    truncated=tree_map(lambda o: zeros(per_env, bool), obs), next_obs=tree_map(zeros, obs),
+                    memory=tree_map(zeros, memory), acted=tree_map(lambda o: zeros(per_env, bool), obs) if acted else ())
+    return ActorState(env_state=env_state, obs=obs, episode_return=tree_map(lambda o: per_env.astype(jnp.float32), obs),
+                      episode_length=jnp.zeros((num_envs,), jnp.int32), pending=steps, memory=memory)
 
 
-def prime(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array,
-          view: View | None = None) -> tuple[ActorState, Episodes]:
-    """Take the first ``n - 1`` steps into ``pending`` (no transitions yet)."""
-    steps = actor.pending.action.shape[0]  # n - 1; a zero-length scan when n == 1
-    actor, raw, episodes = run_steps(spec, policy, params, actor, key, steps, view)
+def prime(env: Env, act: Act, actor: ActorState, key: Array, view: View | None = None) -> tuple[ActorState, Episodes]:
+    """Take the first ``P`` steps into ``pending`` (no items yet)."""
+    steps = jax.tree_util.tree_leaves(actor.pending.reward)[0].shape[0]  # a zero-length scan when P == 0
+    actor, raw, episodes = run_steps(env, act, actor, key, steps, view)
     return actor._replace(pending=raw), episodes
 
 
-def n_step_transitions(window: RawStep, *, count: int, gamma: float, n: int) -> Transition:
+def extend_window(pending: RawStep, raw: RawStep) -> tuple[RawStep, RawStep]:
+    """``(window, new pending)``: the new steps ``raw`` ``[F, E]`` after the carried ``pending``
+    ``[P, E]``, and the window's last ``P`` steps, carried into the next fragment."""
+    length = jax.tree_util.tree_leaves(raw.reward)[0].shape[0]
+    window = tree_map(lambda p, r: jnp.concatenate([p, r]), pending, raw)
+    return window, tree_map(lambda w: w[length:], window)
+
+
+def fragment(env: Env, act: Act, actor: ActorState, key: Array, *, length: int, view: View | None = None
+             ) -> tuple[ActorState, RawStep, Episodes]:
+    """Run ``length`` steps per env: ``(actor, window [P + length, E], episodes [length, E])``."""
+    actor, raw, episodes = run_steps(env, act, actor, key, length, view)
+    window, pending = extend_window(actor.pending, raw)
+    return actor._replace(pending=pending), window, episodes
+
+
+def agent_steps(window: RawStep, agent: str) -> RawStep:
+    """One agent's steps of a multi-agent window (whose step fields are dicts by agent)."""
+    return window._replace(**{f: getattr(window, f)[agent] for f in
+                              ("obs", "action", "reward", "terminated", "truncated", "next_obs", "acted")})
+
+
+def n_step_transitions(window: RawStep, *, count: int, gamma: Any, n: int) -> Transition:
     """Transitions ``[count * E]`` for the first ``count`` steps of ``window`` (``[count + n - 1, E]``)."""
     returns, discounts, steps = jax.vmap(
         lambda r, te, tr: losses.n_step_returns(r, te, tr, gamma=gamma, n=n), in_axes=1, out_axes=1
@@ -194,29 +221,14 @@ def n_step_transitions(window: RawStep, *, count: int, gamma: float, n: int) -> 
                       discount=head(discounts), next_obs=head(next_obs))
 
 
-def extend_window(pending: RawStep, raw: RawStep) -> tuple[RawStep, RawStep]:
-    """``(window, new pending)``: the new steps ``raw`` ``[F, E]`` after the carried ``pending``
-    ``[P, E]``, and the window's last ``P`` steps, carried into the next fragment."""
-    length = raw.action.shape[0]
-    window = jax.tree_util.tree_map(lambda p, r: jnp.concatenate([p, r]), pending, raw)
-    return window, jax.tree_util.tree_map(lambda w: w[length:], window)
+def stored_mask(window: RawStep, count: int) -> Array | None:
+    """Which of the first ``count`` steps' items ``[count * E]`` to store (None: all): a batched
+    env's autoreset steps and a finished agent's steps are none (an n-step window that starts at
+    a valid step ends at the episode's end before them)."""
+    return None if isinstance(window.acted, tuple) else window.acted[:count].reshape(-1)
 
 
-def fragment(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array, *,
-             length: int, gamma: float, n: int, view: View | None = None,
-             assemble: Callable[..., Any] = n_step_transitions) -> tuple[ActorState, Any, Episodes, Array | None]:
-    """Run ``length`` steps per env; return ``length * E`` n-step transitions, the episodes, and
-    which transitions to store ``[length * E]`` (None: all; a batched env's autoreset steps are
-    none: an n-step window that starts at a valid step ends at the episode's end before them).
-    ``assemble``: how the window becomes items (``frame_items``: stacked frames stored once)."""
-    actor, raw, episodes = run_steps(spec, policy, params, actor, key, length, view)
-    window, pending = extend_window(actor.pending, raw)
-    transitions = assemble(window, count=length, gamma=gamma, n=n)
-    mask = None if isinstance(window.acted, tuple) else window.acted[:length].reshape(-1)
-    return actor._replace(pending=pending), transitions, episodes, mask
-
-
-def frame_items(window: RawStep, *, count: int, gamma: float, n: int) -> FrameItems:
+def frame_items(window: RawStep, *, count: int, gamma: Any, n: int) -> FrameItems:
     """``n_step_transitions`` of a window of stacked frames (``[W, E, H, Wd, S]``), stored once
     (``buffers.frames``): references ``[count * E]`` whose obs / next_obs are step numbers
     counted from the window's first step, and the newest frame and episode depth of the window's
@@ -231,25 +243,15 @@ def frame_items(window: RawStep, *, count: int, gamma: float, n: int) -> FrameIt
                       frames=observations[..., -1], depth=observations.shape[-1] - padding)
 
 
-def sequence_fragment(spec: envs.EnvSpec, policy: Policy, params: Any, actor: ActorState, key: Array, *,
-                      length: int, seq_len: int, burn_in: int, gamma: float, zero_init_states: bool,
-                      view: View | None = None) -> tuple[ActorState, SequenceItem, Episodes]:
-    """A recurrent actor's ``fragment``: ``length`` steps per env cut into sequence items
-    (``sequence_items``); the last ``burn_in`` steps stay pending as the next slice's burn-in."""
-    actor, raw, episodes = run_steps(spec, policy, params, actor, key, length, view)
-    window, pending = extend_window(actor.pending, raw)
-    items = sequence_items(window, seq_len=seq_len, burn_in=burn_in, gamma=gamma, zero_init_states=zero_init_states)
-    return actor._replace(pending=pending), items, episodes
-
-
-def sequence_items(window: RawStep, *, seq_len: int, burn_in: int, gamma: float,
+def sequence_items(window: RawStep, *, seq_len: int, burn_in: int, gamma: Any,
                    zero_init_states: bool) -> SequenceItem:
     """Sequence items (``SequenceItem`` of one-step ``Transition``s) of a recurrent actor's window.
 
     ``window`` is ``[burn_in + F, E]``: the last ``burn_in`` steps of the previous fragment (the
-    burn-in of the first new slice) and ``F`` new steps. Each slice stores the recurrent state the
-    actor had before its first step (none with ``zero_init_states``: the loss starts from zeros); ``first`` comes from
-    the recorded memories. The n-step sums are the loss's job (``learner.make_sequence_loss``).
+    burn-in of the first new slice) and ``F`` new steps. Each slice stores the recurrent state
+    the actor had before its first step (none with ``zero_init_states``: the loss starts from
+    zeros); ``first`` comes from the recorded memories. The n-step sums are the loss's job
+    (``learner.make_sequence_loss``).
     """
     transitions = Transition(obs=window.obs, action=window.action, reward=window.reward,
                              discount=jnp.where(window.terminated, 0.0, gamma).astype(jnp.float32),

@@ -4,25 +4,24 @@ differ only in values run as one vmapped program.
 ``expand_grid(doc)`` resolves every ``{"grid_search": [...]}`` of a config document into trials,
 in Tune's order (the grid keys sorted by path, the first varying fastest). Trials then fall into
 *programs* (``group_trials``): two trials share a program when every key in which they differ is
-one of ``TRACED_KEYS`` (values the plan can take as traced arrays: learning rate, discount,
-epsilon schedule, target period, Polyak ``tau``, prioritized-replay exponents, ...) or ``seed``
-(the trial's init keys). Any other difference (network sizes, batch, buffer, n-step, training
+one of ``TRACED_KEYS`` (the config's keys with ``traced`` metadata, the plan's ``Hyperparams``:
+learning rate, discount, epsilon schedule, target period, Polyak ``tau``, prioritized-replay
+exponents, ...) or ``seed`` (the trial's init keys). Any other difference (network sizes, batch, buffer, n-step, training
 intensity, env ...) changes shapes or the static schedule, so such trials compile apart. A
 trial on an Atari env is a program of its own: its ALE batch is one stateful emulator, which
 cannot be vmapped (RLlib's atari-duel-ddqn.yaml sweeps four games: four programs, run in turn).
 
-Inside a program, ``traced_config(config, values)`` is ``config`` with the swept fields replaced
-by the values of one trial (tracers under ``vmap``); every trial's concrete config has been
-validated before, so validation passes the traced values (``config._traced``). The plan built from it inside the
-vmapped function is the plan of that trial: a trial of a sweep draws the same random stream
-and takes the same steps as ``Trainer(trial_config, num_seeds=S)`` (to float rounding: a
-traced value is not constant-folded).
+Inside a program the config stays static and concrete (every trial's was checked when it was
+built); a trial's values travel beside it: ``hyperparams(config, values)`` is the config's
+``Hyperparams`` with one trial's values (tracers under ``vmap``), and the plan built with them
+is the plan of that trial: a trial of a sweep draws the same random stream and takes the same
+steps as ``Trainer(trial_config, num_seeds=S)`` (to float rounding: a traced value is not
+constant-folded).
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 from typing import Any, Mapping, Sequence
 
@@ -30,19 +29,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdqn.config import NESTED, DQNConfig, atari_game, to_dict
+from jaxdqn.config import NESTED, DQNConfig, Hyperparams, atari_game, to_dict, traced_keys
 
 # Config keys whose value the plan may take as a traced array (``nested.key`` for sub-configs).
 # Each is tested to give the same run traced as written out (tests/test_sweep.py).
-TRACED_KEYS = frozenset({
-    "lr", "gamma", "adam_epsilon", "grad_clip", "tau", "target_network_update_freq",
-    "exploration_config.initial_epsilon", "exploration_config.final_epsilon",
-    "exploration_config.epsilon_timesteps",
-    "prioritized_replay_alpha", "prioritized_replay_beta", "final_prioritized_replay_beta",
-    "prioritized_replay_beta_annealing_timesteps", "prioritized_replay_eps",
-})
-INT_KEYS = frozenset({"target_network_update_freq", "exploration_config.epsilon_timesteps",
-                      "prioritized_replay_beta_annealing_timesteps"})
+TRACED_KEYS = frozenset(traced_keys())
+INT_KEYS = frozenset(k for k in TRACED_KEYS  # step counts: traced as int32
+                     if type(DQNConfig().hyperparams._asdict()[k.rpartition(".")[2]]) is int)
 SEED_KEY = "seed"  # differs per trial through the init keys, not through the plan
 GRID = "grid_search"
 
@@ -177,32 +170,23 @@ def trial_values(configs: Sequence[DQNConfig]) -> dict[str, np.ndarray]:
     return values
 
 
-def traced_config(config: DQNConfig, values: Mapping[str, Any]) -> DQNConfig:
-    """``config`` with ``values`` (``{dotted key: scalar}``, tracers under ``vmap``) substituted by
-    the ordinary ``replace``: its validation checks concrete values and passes traced ones (each
-    trial's concrete config was validated when it was built)."""
-    top: dict[str, Any] = {}
-    nested: dict[str, dict[str, Any]] = {}
-    for key, value in values.items():
+def hyperparams(config: DQNConfig, values: Mapping[str, Any]) -> Hyperparams:
+    """``config``'s ``Hyperparams`` with ``values`` (``{dotted key: scalar}``, tracers under
+    ``vmap``) in place of its own."""
+    for key in values:
         if key not in TRACED_KEYS:
             raise ValueError(f"{key} cannot be traced; traced keys: {sorted(TRACED_KEYS)}")
-        parent, _, leaf = key.rpartition(".")
-        if parent:
-            nested.setdefault(parent, {})[leaf] = value
-        else:
-            top[leaf] = value
-    for parent, changes in nested.items():
-        top[parent] = dataclasses.replace(getattr(config, parent), **changes)
-    return dataclasses.replace(config, **top)
+    return config.hyperparams.replace(values)
 
 
 def per_trial(config: DQNConfig, values: Mapping[str, Any], fn: Any, *args: Any) -> Any:
-    """``fn(trial config, *args)`` for every row of ``values`` (``[R]`` arrays) and of ``args``
-    (leading axis ``[R]``), vmapped; ``fn(config, *args)`` when ``values`` is empty."""
+    """``fn(trial's Hyperparams, *args)`` for every row of ``values`` (``[R]`` arrays) and of
+    ``args`` (leading axis ``[R]``), vmapped; ``fn(config.hyperparams, *args)`` when ``values``
+    is empty."""
     if not values:
-        return fn(config, *args)
-    return jax.vmap(lambda v, *a: fn(traced_config(config, v), *a))(
-        {k: jnp.asarray(v) for k, v in values.items()}, *args)
+        return fn(config.hyperparams, *args)
+    return jax.vmap(lambda v, *a: fn(hyperparams(config, v), *a))({k: jnp.asarray(v) for k, v in values.items()},
+                                                                   *args)
 
 
 def trial_name(index: int, variables: Mapping[str, Any]) -> str:
@@ -215,4 +199,4 @@ def trial_name(index: int, variables: Mapping[str, Any]) -> str:
 
 
 __all__ = ["GRID", "INT_KEYS", "SEED_KEY", "TRACED_KEYS", "differing_keys", "expand_grid", "flat_keys",
-           "group_trials", "per_trial", "trial_name", "trial_values", "traced_config"]
+           "group_trials", "hyperparams", "per_trial", "trial_name", "trial_values"]

@@ -24,18 +24,17 @@ import numpy as np
 
 import jaxdqn
 from jaxdqn import checkpoint, envs, exploration, parallel, sweep
-from jaxdqn.acting import DEFAULT_POLICY
-from jaxdqn.config import DQNConfig, algo_of, from_dict, to_dict
-from jaxdqn.plan import BatchHook
+from jaxdqn.config import DEFAULT_POLICY, DQNConfig, algo_of, classified, from_dict, to_dict
+from jaxdqn.policy import BatchHook
 from jaxdqn.rollout import Memory
 
-# Keys that may differ between a checkpoint and the config that restores it: they change how
-# long or how often the shell runs things, never the state or the arithmetic of a step.
-RESUMABLE_KEYS = frozenset({"total_timesteps", "timesteps_per_iteration", "evaluation_num_episodes",
-                            "evaluation_interval", "min_iter_time_s"})
+# Keys that may differ between a checkpoint and the config that restores it (``resumable``
+# metadata): they change how long or how often the shell runs things, never the state or the
+# arithmetic of a step.
+RESUMABLE_KEYS = frozenset(classified(DQNConfig, "resumable"))
 LEARNER_STATS = ("loss", "mean_q", "min_q", "max_q", "mean_td_error", "cur_lr", "grad_gnorm")
 EVAL_STREAM = 0x5EED  # folded into the seed for evaluation keys, apart from training's keys
-CHECKPOINT_FORMAT = 4  # 3: learners and buffers keyed by policy; 4: an ALE batch's frames stored once
+CHECKPOINT_FORMAT = 5  # 4: an ALE batch's frames stored once; 5: one rollout state for one agent or several
 
 
 def _scalar(x: Any) -> Any:
@@ -351,7 +350,7 @@ class Trainer:
         """The epsilon schedule's value now (``[R]`` with vmapped runs), each run its trial's."""
         sampled = self.runner.unreplicate(self.state.metrics.num_steps_sampled)
         return sweep.per_trial(self.config, self.runner.trial_values,
-                               lambda c, t: exploration.epsilon(c.exploration_config, t), sampled)
+                               lambda hyper, t: exploration.epsilon(hyper, t), sampled)
 
     def _epsilon(self) -> Any:
         """The behaviour policy's current epsilon (``[R]`` with vmapped runs; 0 with ``explore=False``)."""
@@ -414,7 +413,8 @@ class Trainer:
             policy_id = policies[0]
         if policy_id not in policies:
             raise ValueError(f"policy_id={policy_id!r} is invalid: this run's policies are {list(policies)}")
-        obs_shape, num_actions = self.plan.acting.obs_shapes[policy_id], self.plan.acting.num_actions[policy_id]
+        bundle = self.plan.worker.policies[policy_id]
+        obs_shape, num_actions = bundle.obs.shape, bundle.network.num_actions
         if obs.shape != obs_shape:
             raise ValueError(f"observation has shape {obs.shape}; this env's is {obs_shape}")
         params = self._seed_view(self._run_params(), seed, trial)
@@ -513,7 +513,7 @@ class Trainer:
             # The emulator's games are not in a checkpoint: new episodes, and the n-step
             # look-ahead marked as no transitions (``rollout.init``), so nothing spans the cut.
             key = jax.random.fold_in(self._state.key, self.iteration)
-            actor = jax.jit(self.plan.acting.init)(key)
+            actor = jax.jit(self.plan.worker.init)(key)
             self._state = self._state._replace(actor=actor)
         self.iteration = int(meta["iteration"])
         self.time_total_s = float(meta["time_total_s"])

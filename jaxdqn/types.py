@@ -120,19 +120,34 @@ class ReplayBuffer(NamedTuple):
 
 
 class EnvStep(NamedTuple):
-    """The outcome of stepping ``E`` environments once; leaves ``[E, ...]``."""
+    """The outcome of stepping ``E`` environments once; leaves ``[E, ...]``.
 
-    obs: Array  # observation to act on next (the reset one where an episode ended)
-    next_obs: Array  # the step's true next observation (before any reset)
-    reward: Array  # float32
-    terminated: Array  # bool
-    truncated: Array  # bool
-    valid: Array | None = None  # bool: the step is a transition (batched envs' autoreset steps are not)
-    # bool: the scored episode ended (None: where terminated | truncated). An ALE batch ends it at
-    # the autoreset step after a game over, so a lost life can terminate without ending it.
+    Every field but ``episode_end`` is one array for a single agent and a dict agent id ->
+    array for a multi-agent env (the same code steps both: the agents' dict is a pytree)."""
+
+    obs: PyTree  # observation to act on next (the reset one where an episode ended)
+    next_obs: PyTree  # the step's true next observation (before any reset)
+    reward: PyTree  # float32
+    terminated: PyTree  # bool
+    truncated: PyTree  # bool
+    # bool: the step is a transition (None: every step is). An ALE batch's autoreset steps are
+    # not; a multi-agent agent that has finished its own episode does not act until the joint end.
+    valid: PyTree | None = None
+    # bool [E]: the scored (joint) episode ended (None: where terminated | truncated). An ALE
+    # batch ends it at the autoreset step after a game over, so a lost life can terminate without
+    # ending it; a multi-agent env ends it for all agents at once.
     episode_end: Array | None = None
 
 
 def episode_ended(step: EnvStep) -> Array:
-    """Where the scored episode ended at ``step`` (``EnvStep.episode_end``)."""
+    """Where the scored episode ended at ``step`` (``EnvStep.episode_end``), ``[E]``."""
     return step.terminated | step.truncated if step.episode_end is None else step.episode_end
+
+
+class Env(NamedTuple):
+    """``E`` environments stepped side by side, as pure functions (gymnax envs vmapped, an ALE
+    batch, a multi-agent env's copies): ``reset(key, num_envs) -> (obs [E, ...], env_state)`` and
+    ``step(key, env_state, action [E]) -> (EnvStep, env_state)``, ended episodes reset."""
+
+    reset: Any
+    step: Any

@@ -6,7 +6,7 @@
   per 4 env steps per env, RLlib's native ratio), timed over ``--iterations`` iterations of
   ``--steps`` env steps after the first (which holds the warm-up and the compile);
 - ``DQN, whole stacks``: the same with each transition's obs and next_obs stacks stored whole
-  (the replay before frames were stored once: ``acting.stores_frames_once`` patched off), the
+  (the replay before frames were stored once: ``worker.stores_frames_once`` patched off), the
   cost or gain of rebuilding stacks when sampling;
 
 each with ``--envs`` games (1 and 8 by default; an ALE batch is one program, so "seeds" are games
@@ -25,7 +25,7 @@ from unittest import mock
 
 import jax
 
-from jaxdqn import acting, cli, envs
+from jaxdqn import cli, envs, worker
 from jaxdqn.config import from_dict
 from jaxdqn.trainer import Trainer
 
@@ -66,7 +66,7 @@ def dqn(num_envs: int, steps: int, iterations: int) -> float:
 
 
 def dqn_whole_stacks(num_envs: int, steps: int, iterations: int) -> float:
-    with mock.patch.object(acting, "stores_frames_once", lambda spec: False):
+    with mock.patch.object(worker, "stores_frames_once", lambda spec: False):
         return dqn(num_envs, steps, iterations)
 
 

@@ -6,10 +6,8 @@ to half its capacity (untimed). Each configuration is compiled once and run ``--
 from a fresh copy of the filled state (donated, so storage is updated in place), jaxdqn's and
 flashbax's runs alternating; the table shows the median microseconds per iteration, the compile
 time, and the ratio flashbax / jaxdqn (> 1: jaxdqn is faster). Every field of every sampled
-batch is read (``consumed``), as a learner would. Both draw from the keys the
-execution plan uses (Philox-4x32, ``--prng``): on the CPU, JAX's default threefry is a rolled
-loop per draw that costs as much as a whole prioritized iteration and hides the buffers' own
-cost.
+batch is read (``consumed``), as a learner would. Both draw from keys of the execution plan's
+default implementation (``--prng``, JAX's threefry).
 
     pip install -e ".[bench]" && python scripts/bench_buffers.py
 """
@@ -28,7 +26,6 @@ from jax import lax
 
 from jaxdqn import buffers
 from jaxdqn.buffers import tree_kernels
-from jaxdqn._platform import prng_spec
 from jaxdqn.config import DQNConfig
 from jaxdqn.types import Transition
 
@@ -160,14 +157,14 @@ def prepare(contender: Contender, capacity: int, iters: int, prng: str) -> tuple
 
     jitted = jax.jit(loop, donate_argnums=0)
     t0 = time.perf_counter()
-    compiled = jitted.lower(filled, jax.random.key(0, impl=prng_spec(prng))).compile()
+    compiled = jitted.lower(filled, jax.random.key(0, impl=prng)).compile()
     compile_s = time.perf_counter() - t0
 
     def run(seed: int) -> float:
         state = jax.tree_util.tree_map(jnp.copy, filled)
         jax.block_until_ready(state)
         t0 = time.perf_counter()
-        jax.block_until_ready(compiled(state, jax.random.key(seed, impl=prng_spec(prng))))
+        jax.block_until_ready(compiled(state, jax.random.key(seed, impl=prng)))
         return (time.perf_counter() - t0) / iters
 
     return compile_s, run
@@ -191,7 +188,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--capacities", type=int, nargs="+", default=[10_000, 1_000_000])
     parser.add_argument("--no-flashbax", action="store_true", help="only time jaxdqn")
-    parser.add_argument("--prng", default=DQNConfig.prng_impl, choices=["philox4x32", "threefry2x32", "rbg"],
+    parser.add_argument("--prng", default=DQNConfig.prng_impl, choices=["threefry2x32", "rbg", "unsafe_rbg"],
                         help="the keys both contenders draw from (default: the plan's, %(default)s)")
     args = parser.parse_args()
 
@@ -205,7 +202,7 @@ def main() -> None:
 
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}; {args.iters} iterations of "
           f"add {ADD} + sample {BATCH} (+ update {BATCH}), median of {args.runs} runs, {args.prng} keys\n")
-    header = f"| buffer | capacity | jaxdqn us/iter | compile s | flashbax us/iter | compile s | flashbax / jaxdqn |"
+    header = "| buffer | capacity | jaxdqn us/iter | compile s | flashbax us/iter | compile s | flashbax / jaxdqn |"
     print(header)
     print("|---|---|---|---|---|---|---|")
     # On the CPU the prioritized buffer runs its tree as fused kernels when they are built

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxdqn import DQNConfig, _platform
-from jaxdqn.networks import make_network
+from jaxdqn.networks import QNetwork
 
 NETWORKS = {
     "MinAtar (10x10x4)": (dict(dueling=False, hiddens=(128,), model={"conv_filters": [[16, 3, 1]], "fcnet_hiddens": []}),
@@ -35,7 +35,7 @@ def time_steps(config: dict, obs_shape: tuple[int, ...], steps: int, repeats: in
     _platform.conv_as_matmul = lambda: as_matmul
     try:
         dqn = DQNConfig(**config)
-        net = make_network(dqn.model, dqn.head, 6)
+        net = QNetwork(6, dqn.model, dqn.head)
         obs = jax.random.uniform(jax.random.key(0), (32,) + obs_shape)
         params = net.init({"params": jax.random.key(1), "noise": jax.random.key(2)}, obs)
         opt = optax.adam(1e-4)

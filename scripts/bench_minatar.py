@@ -34,8 +34,9 @@ from bench_train import compile_it, stacked_seeds, time_runs
 from jaxdqn import cli, envs
 from jaxdqn.config import DQNConfig, from_dict
 from jaxdqn.learner import make_optimizer
-from jaxdqn.networks import make_network
-from jaxdqn.plan import make_train, plan_key
+from jaxdqn.networks import QNetwork
+from jaxdqn._platform import plan_key
+from jaxdqn.plan import make_train
 
 
 def tuned_config(timesteps: int) -> DQNConfig:
@@ -48,8 +49,9 @@ def tuned_config(timesteps: int) -> DQNConfig:
 def make_floor(config: DQNConfig) -> Callable[[jax.Array], Any]:
     """Env step + greedy action every frame; one SGD step per frame after the warm-up."""
     spec = envs.make_env(config.env, config.env_params)
-    network = make_network(config.model, config.head, spec.num_actions)
-    optimizer = make_optimizer(config)
+    network = QNetwork(spec.num_actions, config.model, config.head)
+    optimizer = make_optimizer(config.optimizer, lr=config.lr, adam_epsilon=config.adam_epsilon,
+                               grad_clip=config.grad_clip, grad_clip_mode=config.grad_clip_mode)
     batch_size = config.train_batch_size
 
     def act(params, obs, env_state, key):
@@ -70,7 +72,7 @@ def make_floor(config: DQNConfig) -> Callable[[jax.Array], Any]:
         return optax.apply_updates(params, updates), opt_state
 
     def run(key):
-        reset_key, init_key, batch_key, key = jax.random.split(plan_key(key), 4)
+        reset_key, init_key, batch_key, key = jax.random.split(plan_key(key, config.prng_impl), 4)
         obs, env_state = envs.reset(spec, reset_key, 1)
         params = network.init({"params": init_key, "noise": init_key}, obs)
         opt_state = optimizer.init(params)

@@ -74,8 +74,8 @@ def worker(devices: int, seeds: int | None, timesteps: int, repeats: int) -> dic
         times.append(time.perf_counter() - start)
         final = float(jax.numpy.nanmean(returns[..., -1]))
     s = plan.schedule
-    env_steps = plan.num_chunks * s.iterations_per_chunk * s.stores * s.steps_per_store + s.warmup_stores * s.steps_per_store
-    sgd_steps = plan.num_chunks * s.iterations_per_chunk * s.replays
+    env_steps = plan.num_chunks * s.steps_per_chunk + s.warmup_stores * s.steps_per_store
+    sgd_steps = plan.num_chunks * int(s.replay_counts(s.stores_per_chunk).sum())
     runs = seeds or 1
     seconds = statistics.median(times)
     return {"row": layout.describe(), "devices": devices, "seeds": runs, "compile_s": compile_s, "run_s": seconds,

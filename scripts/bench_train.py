@@ -36,8 +36,9 @@ import numpy as np
 import optax
 
 from jaxdqn import DQNConfig, ExplorationConfig, ModelConfig, SimpleQConfig, envs
-from jaxdqn.networks import make_network
-from jaxdqn.plan import make_train, plan_key
+from jaxdqn.networks import QNetwork
+from jaxdqn._platform import plan_key
+from jaxdqn.plan import make_train
 
 NUM_ENVS, BATCH, BUFFER, STARTS, TARGET_FREQ, LR = 10, 128, 10_000, 10_000, 500, 2.5e-4
 
@@ -60,7 +61,7 @@ def make_floor(config: DQNConfig) -> Callable[[jax.Array], Any]:
     """Env step + greedy action for every step; one SGD step (same network, loss, optimizer) on
     a fixed batch per 10 env steps once learning starts. No replay, no exploration, no metrics."""
     spec = envs.make_env(config.env)
-    network = make_network(config.model, config.head, spec.num_actions)
+    network = QNetwork(spec.num_actions, config.model, config.head)
     optimizer = optax.adam(config.lr)
     iterations = config.total_timesteps // NUM_ENVS
     warmup = config.learning_starts // NUM_ENVS
@@ -85,9 +86,9 @@ def make_floor(config: DQNConfig) -> Callable[[jax.Array], Any]:
         return optax.apply_updates(params, updates), opt_state
 
     def run(key):
-        # The plan's own random stream (Philox keys, see plan.plan_key), so that the floor pays
+        # The plan's own random stream (keys of its prng_impl, see _platform.plan_key), so that the floor pays
         # for its env resets and key splits what jaxdqn pays, not threefry's CPU loops.
-        reset_key, init_key, batch_key, key = jax.random.split(plan_key(key), 4)
+        reset_key, init_key, batch_key, key = jax.random.split(plan_key(key, config.prng_impl), 4)
         obs, env_state = envs.reset(spec, reset_key, NUM_ENVS)
         params = network.init(init_key, obs)
         opt_state = optimizer.init(params)

@@ -84,7 +84,7 @@ def test_trainer_stores_only_real_transitions_and_scores_whole_episodes(tmp_path
         result = trainer.train()
     state = trainer.state
     sampled = int(state.metrics.num_steps_sampled)
-    ended = int(state.metrics.episodes_total)
+    ended = int(state.metrics.episodes.episodes_total)
     assert ended >= 1, result
     # Every env step is one transition (n_step 1), except the reset step that ends each game.
     assert int(buffers.size(state.buffer["default_policy"])) == sampled - ended

@@ -65,7 +65,7 @@ def test_a_scan_of_add_sample_update_needs_no_copy_of_the_state(kind, capacity):
             s = buf.sample(state, key, 128, 0.4)
             td = s.items.obs[:, 0] * s.weights - 0.5  # like a learner: uses items and weights
             # The batch is also used outside the update (a metric), which must not force a copy
-            # (without ``_platform.fence`` it did: one copy of the trees per step).
+            # (without ``dispatch.fence`` it did: one copy of the trees per step).
             return buf.update(state, s.indices, td), s.items.reward.sum()
 
         return lax.scan(body, state, (jnp.arange(100, dtype=jnp.int32), jax.random.split(key, 100)))

@@ -184,12 +184,13 @@ def test_real_ale_stacks_are_rebuilt_exactly(game, n):
     ring's assumption: random play, every stored transition rebuilt bitwise."""
     num_envs, length, stack, capacity = 2, 4, 4, 600
     spec = envs.make_env(game, {"img_height": 42, "img_width": 42}, num_envs=num_envs)
-    actor = rollout.init(spec, jax.random.key(0), num_envs, n)
+    env = envs.functions(spec)
+    actor = rollout.init(env, jax.random.key(0), num_envs, n - 1, acted=True)
 
-    def policy(params, obs, key):
+    def policy(obs, key):
         return jax.random.randint(key, (obs.shape[0],), 0, spec.num_actions)
 
-    steps = jax.jit(lambda actor, key, k: rollout.run_steps(spec, policy, None, actor, key, k), static_argnums=2)
+    steps = jax.jit(lambda actor, key, k: rollout.run_steps(env, policy, actor, key, k), static_argnums=2)
     actor, raw, _ = steps(actor, jax.random.key(1), n - 1) if n > 1 else (actor, actor.pending, None)
     actor = actor._replace(pending=raw)
     plain, framed = buffers.uniform(capacity), buffers.frame_replay(

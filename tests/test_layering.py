@@ -38,14 +38,15 @@ MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
 # one (the package facade ``jaxdqn`` aside). Every module must be listed: a new one is placed here
 # on purpose.
 LAYERS = {
-    "L0 vocabulary": ["jaxdqn.types", "jaxdqn.config", "jaxdqn.rllib"],
-    "L1 kernels": ["jaxdqn._platform", "jaxdqn.atari", "jaxdqn.buffers", "jaxdqn.buffers.segment_tree", "jaxdqn.buffers.tree_kernels",
-                   "jaxdqn.buffers.uniform_replay", "jaxdqn.buffers.prioritized_replay", "jaxdqn.buffers.sequence",
-                   "jaxdqn.buffers.frames",
-                   "jaxdqn.losses", "jaxdqn.networks", "jaxdqn.exploration", "jaxdqn.envs"],
-    "L2 steps": ["jaxdqn.learner", "jaxdqn.rollout", "jaxdqn.evaluation", "jaxdqn.multi_agent_envs", "jaxdqn.sweep",
-                 "jaxdqn.acting", "jaxdqn.multiagent"],
-    "L3 composition": ["jaxdqn.plan", "jaxdqn.parallel"],
+    "L0 vocabulary": ["jaxdqn.types", "jaxdqn.config", "jaxdqn.config.fields", "jaxdqn.config.sections",
+                      "jaxdqn.config.dqn", "jaxdqn.rllib"],
+    "L1 kernels": ["jaxdqn._platform", "jaxdqn.atari", "jaxdqn.buffers", "jaxdqn.buffers.dispatch",
+                   "jaxdqn.buffers.segment_tree", "jaxdqn.buffers.tree_kernels", "jaxdqn.buffers.uniform_replay",
+                   "jaxdqn.buffers.prioritized_replay", "jaxdqn.buffers.sequence", "jaxdqn.buffers.frames",
+                   "jaxdqn.losses", "jaxdqn.networks", "jaxdqn.exploration", "jaxdqn.envs", "jaxdqn.multiagent.envs"],
+    "L2 steps": ["jaxdqn.learner", "jaxdqn.rollout", "jaxdqn.evaluation", "jaxdqn.policy", "jaxdqn.worker",
+                 "jaxdqn.multiagent", "jaxdqn.multiagent.worker"],
+    "L3 composition": ["jaxdqn.schedule", "jaxdqn.metrics", "jaxdqn.plan", "jaxdqn.sweep", "jaxdqn.parallel"],
     "L4 shell": sorted(SHELL),
 }
 LAYER_OF = {m: i for i, (_, modules) in enumerate(LAYERS.items()) for m in modules}

@@ -11,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxdqn import DQNConfig, ExplorationConfig, ModelConfig, SimpleQConfig, exploration, learner
-from jaxdqn.networks import make_network
+from jaxdqn.config import QHeadConfig
+from jaxdqn.networks import QNetwork
 from jaxdqn.types import Sample, Transition
+from tests.learner_pieces import optimizer_of, train_step_of
 
 GAMMA = 0.9
 
@@ -33,12 +35,12 @@ def probe_batch():
 
 def probe_setup(config):
     """Network, fresh learner state, train step and the probe batch as a uniform sample."""
-    net = make_network(config.model, config.head, 2)
-    opt = learner.make_optimizer(config)
+    net = QNetwork(2, config.model, config.head)
+    opt = optimizer_of(config)
     batch = probe_batch()
     state = learner.init(net, opt, jax.random.key(0), batch.obs)
     sample = Sample(items=batch, indices=jnp.arange(4), weights=jnp.ones(4))
-    return net, state, learner.make_train_step(config, net, opt), sample
+    return net, state, train_step_of(config, net, opt), sample
 
 
 @pytest.mark.parametrize(
@@ -78,8 +80,8 @@ def test_gradients_are_averaged_across_4_devices():
 
 def check_gradients_are_averaged(devices):
     config = DQNConfig(model=ModelConfig(fcnet_hiddens=(16,)), hiddens=(16,), lr=1e-2, grad_clip=None)
-    net = make_network(config.model, config.head, 3)
-    opt = learner.make_optimizer(config)
+    net = QNetwork(3, config.model, config.head)
+    opt = optimizer_of(config)
     k = jax.random.split(jax.random.key(0), 4)
     b = 32
     items = Transition(obs=jax.random.normal(k[0], (b, 5)), action=jax.random.randint(k[1], (b,), 0, 3),
@@ -87,9 +89,9 @@ def check_gradients_are_averaged(devices):
                        next_obs=jax.random.normal(k[3], (b, 5)))
     sample = Sample(items=items, indices=jnp.arange(b), weights=jnp.linspace(0.5, 1.0, b))
     state = learner.init(net, opt, jax.random.key(1), items.obs)
-    single = learner.make_train_step(config, net, opt)
+    single = train_step_of(config, net, opt)
     one, info = jax.jit(lambda s, x: single(s, x, env_steps=0, key=jax.random.key(2)))(state, sample)
-    multi = learner.make_train_step(config, net, opt, axis_name="d")
+    multi = train_step_of(config, net, opt, axis_name="d")
     shards = jax.tree_util.tree_map(lambda x: x.reshape((4, b // 4) + x.shape[1:]), sample)
     replicated = jax.tree_util.tree_map(lambda x: jnp.stack([x] * 4), state)
     step = jax.pmap(lambda s, x: multi(s, x, env_steps=0, key=jax.random.key(2)), axis_name="d", devices=devices)
@@ -126,8 +128,8 @@ def test_train_step_traces_once():
 def test_target_syncs_when_more_than_freq_steps_were_sampled(step, want):
     """RLlib 1.x's UpdateTargetNetwork: sync when sampled - last_update > freq."""
     config = DQNConfig(model=ModelConfig(fcnet_hiddens=(4,)), hiddens=(4,))
-    net = make_network(config.model, config.head, 2)
-    opt = learner.make_optimizer(config)
+    net = QNetwork(2, config.model, config.head)
+    opt = optimizer_of(config)
     state = learner.init(net, opt, jax.random.key(0), jnp.zeros((1, 2)))
     synced_at, last = [], 0
     expected = []
@@ -154,7 +156,7 @@ def test_polyak_tau():
 def test_lr_schedule_and_epsilon_follow_rllib_piecewise_schedules():
     config = DQNConfig(lr_schedule=[[0, 1e-3], [1000, 1e-4]])
     for t, want in [(0, 1e-3), (500, 5.5e-4), (1000, 1e-4), (5000, 1e-4)]:
-        assert float(learner.learning_rate(config, t)) == pytest.approx(want, rel=1e-5)
+        assert float(learner.learning_rate(config.lr, config.lr_schedule, t)) == pytest.approx(want, rel=1e-5)
     expl = config.exploration_config  # 1.0 -> 0.02 over 10k
     for t, want in [(0, 1.0), (5000, 0.51), (10_000, 0.02), (20_000, 0.02)]:
         assert float(exploration.epsilon(expl, t)) == pytest.approx(want, rel=1e-5)
@@ -188,7 +190,7 @@ def test_noisy_nets_explore_through_their_noise_and_epsilon():
     exploration_config's epsilon still applies on top (epsilon 0: noise only)."""
     from jaxdqn.networks import QNetwork
 
-    net = QNetwork(num_actions=4, fcnet_hiddens=(16,), hiddens=(16,), noisy=True, sigma0=2.0)
+    net = QNetwork(4, ModelConfig(fcnet_hiddens=(16,)), QHeadConfig(hiddens=(16,), noisy=True, sigma0=2.0))
     obs = jnp.ones((1, 3))
     params = net.init({"params": jax.random.key(0), "noise": jax.random.key(1)}, obs)
     actions = {
@@ -231,7 +233,7 @@ def test_gradient_clipping_modes_match_their_formulas(mode):
     # The optimizer of the mode: Adam on the clipped gradients (two steps, so that the clip's
     # scale shows in Adam's moments).
     params = jax.tree_util.tree_map(jnp.zeros_like, steps[0])
-    opt = learner.make_optimizer(DQNConfig(grad_clip=clip, grad_clip_mode=mode, lr=0.1))
+    opt = optimizer_of(DQNConfig(grad_clip=clip, grad_clip_mode=mode, lr=0.1))
     adam = optax.adam(0.1, eps=1e-8)
     state, ref_state = opt.init(params), adam.init(params)
     for g in steps:
@@ -261,7 +263,7 @@ def test_rmsprop_is_pytorchs(centered):
     decay, eps, shape = 0.9, 0.05, (3, 2)
     config = DQNConfig(optimizer={"type": "rmsprop", "decay": decay, "epsilon": eps, "centered": centered},
                        grad_clip=None, lr=0.1)
-    opt = learner.make_optimizer(config)
+    opt = optimizer_of(config)
     params = {"w": jnp.zeros(shape)}
     state = opt.init(params)
     v, m = np.zeros(shape), np.zeros(shape)

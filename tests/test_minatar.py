@@ -10,7 +10,7 @@ import pytest
 
 from jaxdqn import cli, envs
 from jaxdqn.config import from_dict
-from jaxdqn.networks import make_network
+from jaxdqn.networks import QNetwork
 
 GAMES = ["Asterix", "Breakout", "Freeway", "SpaceInvaders", "Seaquest"]
 
@@ -39,7 +39,7 @@ def test_tuned_example_is_the_papers_protocol(game):
     assert c.td_error_loss_fn == "huber" and c.n_step == 1
     assert not (c.double_q or c.dueling or c.prioritized_replay or c.noisy or c.clip_rewards)
     # The paper's network: conv 3x3x16 (stride 1, no padding) -> relu -> dense 128 -> relu -> dense |A|.
-    net = make_network(c.model, c.head, spec.num_actions)
+    net = QNetwork(spec.num_actions, c.model, c.head)
     obs = jnp.zeros((1,) + spec.obs_shape)
     shapes = jax.tree_util.tree_map(jnp.shape, net.init({"params": jax.random.key(0), "noise": jax.random.key(1)},
                                                           obs)["params"])

@@ -7,10 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdqn import DQNConfig, Trainer, multi_agent_envs
+from jaxdqn import DQNConfig, Trainer
+from jaxdqn.multiagent import envs as multi_agent_envs
 from jaxdqn.plan import make_plan
 from jaxdqn.buffers import size
-from jaxdqn.multi_agent_envs import MultiAgentEnv
+from jaxdqn.multiagent import MultiAgentEnv
 from tests.test_plan import assert_equal_but_learner_stats
 
 GAMMA = 0.9
@@ -99,12 +100,12 @@ def test_by_default_the_joint_episode_ends_when_every_agent_has_ended():
         for a in spec.agents:
             x, theta = np.asarray(out.next_obs[a][:, 0]), np.asarray(out.next_obs[a][:, 2])
             fell[a] = (np.abs(x) > 2.4) | (np.abs(theta) > 12 * 2 * np.pi / 360)
-            np.testing.assert_array_equal(np.asarray(out.acted[a]), playing[a])
+            np.testing.assert_array_equal(np.asarray(out.valid[a]), playing[a])
             np.testing.assert_array_equal(np.asarray(out.terminated[a]), playing[a] & fell[a])
             np.testing.assert_array_equal(np.asarray(out.reward[a]), playing[a].astype(np.float32))
         still = {a: playing[a] & ~fell[a] for a in spec.agents}
         done = ~np.any(np.stack(list(still.values())), axis=0)
-        np.testing.assert_array_equal(np.asarray(out.done), done)
+        np.testing.assert_array_equal(np.asarray(out.episode_end), done)
         staggered += int(np.sum(np.any(np.stack([playing[a] & fell[a] for a in spec.agents]), axis=0) & ~done))
         playing = {a: np.where(done, True, still[a]) for a in spec.agents}
         ended += int(done.sum())
@@ -279,11 +280,12 @@ def test_a_chunk_reports_every_policys_statistics_of_its_last_sgd_step():
     """As for one agent (tests/test_plan.py): only the chunk's last replay computes the learner
     statistics; state and per-policy statistics equal those of step-by-step iterations."""
     plan = make_plan(tagged_config())
-    assert plan.schedule.iterations_per_chunk > 1
+    iterations = plan.schedule.stores_per_chunk // plan.schedule.period
+    assert iterations > 1
     state = jax.jit(plan.init)(jax.random.key(1))
     fast, report = jax.jit(plan.chunk)(state)
     slow = state
-    for _ in range(plan.schedule.iterations_per_chunk):
+    for _ in range(iterations):
         slow = jax.jit(plan.iteration)(slow)[0]
     for pid in ("p0", "p1"):
         stats = slow.metrics.learner[pid]

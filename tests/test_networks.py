@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxdqn import DQNConfig, ModelConfig
-from jaxdqn.networks import QNetwork, make_network
+from jaxdqn.config import QHeadConfig
+from jaxdqn.networks import QNetwork
 
 RNGS = {"params": jax.random.key(0), "noise": jax.random.key(1)}
 
@@ -25,19 +26,19 @@ RNGS = {"params": jax.random.key(0), "noise": jax.random.key(1)}
 )
 def test_shapes(changes, obs_shape):
     config = DQNConfig(**changes)
-    net = make_network(config.model, config.head, 5)
+    net = QNetwork(5, config.model, config.head)
     obs = jnp.ones((3,) + obs_shape)
     params = net.init(RNGS, obs)
     out = net.apply(params, obs, rngs={"noise": jax.random.key(2)})
     assert out.q.shape == (3, 5)
-    if net.num_atoms > 1:
-        assert out.logits.shape == (3, 5, net.num_atoms)
+    if net.head.num_atoms > 1:
+        assert out.logits.shape == (3, 5, net.head.num_atoms)
     else:
         assert out.logits is None
 
 
 def test_dueling_head_is_value_plus_centred_advantage():
-    net = QNetwork(num_actions=3, fcnet_hiddens=(8,), hiddens=(), dueling=True)
+    net = QNetwork(3, ModelConfig(fcnet_hiddens=(8,)), QHeadConfig(hiddens=(), dueling=True))
     obs = jax.random.normal(jax.random.key(3), (4, 5))
     params = net.init(RNGS, obs)["params"]
     p = jax.tree_util.tree_map(np.asarray, params)
@@ -49,7 +50,7 @@ def test_dueling_head_is_value_plus_centred_advantage():
 
 
 def test_distributional_q_is_the_mean_of_the_atoms():
-    net = QNetwork(num_actions=2, fcnet_hiddens=(8,), hiddens=(16,), dueling=False, num_atoms=7, v_min=-3.0, v_max=3.0)
+    net = QNetwork(2, ModelConfig(fcnet_hiddens=(8,)), QHeadConfig(hiddens=(16,), dueling=False, num_atoms=7, v_min=-3.0, v_max=3.0))
     obs = jax.random.normal(jax.random.key(4), (4, 5))
     params = net.init(RNGS, obs)
     out = net.apply(params, obs)
@@ -58,7 +59,7 @@ def test_distributional_q_is_the_mean_of_the_atoms():
 
 
 def test_noisy_layers_resample_noise_and_have_a_deterministic_mean():
-    net = QNetwork(num_actions=2, fcnet_hiddens=(8,), hiddens=(8,), noisy=True, sigma0=0.5)
+    net = QNetwork(2, ModelConfig(fcnet_hiddens=(8,)), QHeadConfig(hiddens=(8,), noisy=True, sigma0=0.5))
     obs = jnp.ones((2, 4))
     params = net.init(RNGS, obs)
     a = net.apply(params, obs, rngs={"noise": jax.random.key(5)}).q
@@ -72,7 +73,7 @@ def test_noisy_layers_resample_noise_and_have_a_deterministic_mean():
 
 
 def test_lstm_carries_state_and_resets_at_episode_starts():
-    net = QNetwork(num_actions=2, fcnet_hiddens=(8,), hiddens=(), use_lstm=True, lstm_cell_size=6)
+    net = QNetwork(2, ModelConfig(fcnet_hiddens=(8,), use_lstm=True, lstm_cell_size=6), QHeadConfig(hiddens=()))
     obs = jax.random.normal(jax.random.key(7), (2, 6, 3))
     params = net.init(RNGS, obs)
     (whole, state) = net.apply(params, obs)
@@ -158,8 +159,8 @@ def test_conv_torso_pads_as_rllibs_vision_network():
     for obs_shape, filters, features in [((10, 10, 4), ((16, 3, 1),), 8 * 8 * 16),
                                          ((42, 42, 4), ((16, 4, 2), (32, 4, 2), (256, 11, 1)), 256),
                                          ((84, 84, 4), ((32, 8, 4), (64, 4, 2), (64, 3, 1)), 9 * 9 * 64)]:
-        net = QNetwork(num_actions=3, conv_filters=filters, hiddens=(), dueling=False)
-        assert net.fcnet_hiddens == (256, 256)
+        net = QNetwork(3, ModelConfig(conv_filters=filters), QHeadConfig(hiddens=(), dueling=False))
+        assert net.model.fcnet_hiddens == (256, 256)
         obs = jnp.zeros((1,) + obs_shape)
         params = net.init(RNGS, obs)["params"]
         assert sorted(params) == ["advantage_out"] + [f"conv_{i}" for i in range(len(filters))]

@@ -72,14 +72,14 @@ def test_totals_are_split_and_counters_count_all_devices(four):
     assert state.buffer["default_policy"].storage.storage.obs.shape[:2] == (4, config.buffer_size // 4)
     s = trainer.plan.schedule
     assert s.steps_per_store == config.num_envs * config.rollout_fragment_length  # all devices' steps
-    per_iteration = s.iterations_per_chunk * s.stores * s.steps_per_store
+    per_iteration = s.steps_per_chunk
     assert [r["timesteps_total"] for r in results] == [results[0]["timesteps_total"] + k * per_iteration
                                                         for k in range(3)]
-    trained = s.iterations_per_chunk * s.replays * config.train_batch_size  # the total batch
+    trained = int(s.replay_counts(s.stores_per_chunk).sum()) * config.train_batch_size  # the total batch
     assert results[2]["info"]["num_steps_trained"] - results[1]["info"]["num_steps_trained"] == trained
     # Episodes are gathered from every device: the total is the sum of the devices' counts.
-    assert results[-1]["episodes_total"] == int(np.sum(np.asarray(state.metrics.episodes_total)))
-    assert results[-1]["episodes_total"] > int(np.asarray(state.metrics.episodes_total)[0])
+    assert results[-1]["episodes_total"] == int(np.sum(np.asarray(state.metrics.episodes.episodes_total)))
+    assert results[-1]["episodes_total"] > int(np.asarray(state.metrics.episodes.episodes_total)[0])
     assert set(stats(results[-1])) == set(STATS)
 
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jaxdqn import buffers
-from jaxdqn.buffers import prioritized_replay, segment_tree
+from jaxdqn.buffers import dispatch, prioritized_replay, segment_tree
 from tests.reference.ring import NumpyRing
 from tests.reference.sum_tree import LEAF_ULPS, NumpyPrioritized, check_valid
 from tests.test_uniform_replay import chi2_critical, chi2_statistic
@@ -167,7 +167,7 @@ def test_module_functions_equal_the_factory():
     np.testing.assert_array_equal(state.trees, other.trees)
 
 
-jitted_draw = jax.jit(prioritized_replay.draw, static_argnames=("capacity", "on_cpu"))
+jitted_draw = jax.jit(dispatch.draw_with_xla, static_argnames=("capacity", "on_cpu"))
 
 
 @given(
@@ -177,7 +177,7 @@ jitted_draw = jax.jit(prioritized_replay.draw, static_argnames=("capacity", "on_
 )
 def test_the_accelerator_form_of_the_descent_draws_what_the_cpu_form_draws(capacity, filled, seed):
     """``sample`` compiles the descent rolled and fenced on the CPU, unrolled on other platforms
-    (``prioritized_replay.draw``): both must give the same indices and weights, bit for bit,
+    (``dispatch.draw_with_xla``): both must give the same indices and weights, bit for bit,
     on any priorities (some zero: those leaves must never be drawn by either)."""
     filled = min(filled, capacity)
     rng = np.random.default_rng(seed)

@@ -8,8 +8,9 @@ import pytest
 
 from jaxdqn import DQNConfig, ModelConfig, learner, plan
 from jaxdqn.buffers import segment_tree
-from jaxdqn.networks import make_network
+from jaxdqn.networks import QNetwork
 from jaxdqn.types import Sample, SequenceItem, Transition
+from tests.learner_pieces import optimizer_of, sequence_loss_of, train_step_of
 
 
 @pytest.fixture(autouse=True)
@@ -46,8 +47,8 @@ def recurrent_setup(burn_in=2, n_step=1, double_q=True, with_state=False):
     config = DQNConfig(model=ModelConfig(fcnet_hiddens=(8,), use_lstm=True, lstm_cell_size=8),
                        hiddens=(8,), replay_sequence_length=6, burn_in=burn_in, prioritized_replay=True,
                        gamma=GAMMA, n_step=n_step, double_q=double_q, buffer_size=600)
-    net = make_network(config.model, config.head, 2)
-    opt = learner.make_optimizer(config)
+    net = QNetwork(2, config.model, config.head)
+    opt = optimizer_of(config)
     items = sequence_items(with_state=with_state)
     state = learner.init(net, opt, jax.random.key(0), items.data.obs)
     # a target that differs from the online net, so that selection and evaluation differ
@@ -114,7 +115,7 @@ def test_sequence_loss_matches_a_step_by_step_reference(burn_in, n, double_q, wi
     config, net, _, items, state = recurrent_setup(burn_in=burn_in, n_step=n, double_q=double_q,
                                                    with_state=with_state)
     weights = jnp.array([1.0, 0.5, 0.25])
-    loss, (priority, q_selected, mean_td_error) = jax.jit(learner.make_sequence_loss(config, net, eta=0.9))(
+    loss, (priority, q_selected, mean_td_error) = jax.jit(sequence_loss_of(config, net, eta=0.9))(
         state.params, state.target_params, items, weights, jax.random.key(1))
     td = reference_td(net, state.params, state.target_params, items, burn_in=burn_in, n=n, double_q=double_q)
     trained = ~np.isnan(td)
@@ -131,7 +132,7 @@ def test_sequence_loss_matches_a_step_by_step_reference(burn_in, n, double_q, wi
 
 def test_burn_in_steps_carry_no_gradient_and_padding_no_loss():
     config, net, opt, items, state = recurrent_setup(burn_in=2)
-    loss_fn = learner.make_sequence_loss(config, net)
+    loss_fn = sequence_loss_of(config, net)
 
     def loss_of_obs(obs):
         data = items.data._replace(obs=obs)
@@ -150,13 +151,13 @@ def test_burn_in_steps_carry_no_gradient_and_padding_no_loss():
 
 def test_recurrent_train_step_gives_one_priority_per_sequence():
     config, net, opt, items, state = recurrent_setup(burn_in=2)
-    step = jax.jit(lambda s, x: learner.make_train_step(config, net, opt)(s, x, env_steps=0, key=jax.random.key(2)))
+    step = jax.jit(lambda s, x: train_step_of(config, net, opt)(s, x, env_steps=0, key=jax.random.key(2)))
     sample = Sample(items=items, indices=jnp.arange(3), weights=jnp.ones(3))
     new, info = step(state, sample)
     assert info.td_error.shape == (3,) and bool(jnp.all(info.td_error >= 0))
     assert np.isfinite(float(info.mean_q)) and float(info.min_q) <= float(info.max_q)
     # the train step hands the loss's per-sequence priorities on for the buffer update
-    _, (priority, _, _) = learner.make_sequence_loss(config, net)(
+    _, (priority, _, _) = sequence_loss_of(config, net)(
         state.params, state.target_params, items, jnp.ones(3), jax.random.key(2))
     np.testing.assert_allclose(info.td_error, priority, rtol=1e-5)
 

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jaxdqn import ModelConfig, SimpleQConfig, learner, plan, rollout
-from jaxdqn.networks import make_network
+from jaxdqn import ModelConfig, SimpleQConfig, learner, metrics, plan, rollout
+from jaxdqn.networks import QNetwork
 from jaxdqn.trainer import Trainer
 from jaxdqn.types import Sample, Transition
+from tests.learner_pieces import optimizer_of, train_step_of
 
 TINY = dict(buffer_size=2000, learning_starts=64, num_envs_per_worker=4, timesteps_per_iteration=64,
             model=ModelConfig(fcnet_hiddens=(16,)), train_batch_size=16, evaluation_num_episodes=3)
@@ -39,13 +40,9 @@ class CollectMetrics:
 def test_the_smoothing_window_is_rllibs(smoothing, iterations):
     """Each iteration ends episodes in a few fragments of 2 envs; the report summarises RLlib's
     window: all of this iteration's episodes when they are at least N, else the last N."""
-    ring = smoothing + 2 * 3 * 6  # at least one iteration's worth, as plan.ring_size makes it
-    zero = jnp.zeros((), jnp.int32)
-    m = plan.Metrics(returns=jnp.zeros(ring), lengths=jnp.zeros(ring, jnp.int32), ring_pos=zero, episodes_total=zero,
-                     num_steps_sampled=zero, num_steps_trained=zero, num_target_updates=zero,
-                     last_target_update_ts=zero, learner={"default_policy": learner.empty_info()},
-                     **plan.report_markers(), policies={})
-    twin, gather, value = CollectMetrics(smoothing), plan.gatherer(None), 0.0
+    ring = smoothing + 2 * 3 * 6  # at least one iteration's worth, as metrics.ring_size makes it
+    m = metrics.init(ring, {}, ("default_policy",))
+    twin, gather, value = CollectMetrics(smoothing), metrics.gatherer(None), 0.0
     for fragments in iterations:
         ended = []
         for n_done in fragments:  # a fragment of 3 steps x 2 envs with n_done episodes ending
@@ -55,10 +52,10 @@ def test_the_smoothing_window_is_rllibs(smoothing, iterations):
             returns[:n_done] = value + np.arange(n_done)
             value += n_done
             ended += returns[:n_done].tolist()
-            m = plan.record_episodes(m, rollout.Episodes(done=jnp.asarray(done.reshape(3, 2)),
-                                                         episode_return=jnp.asarray(returns.reshape(3, 2)),
-                                                         episode_length=jnp.ones((3, 2), jnp.int32)))
-        report, _, m = plan.close_report(m, gather, smoothing)
+            m = metrics.record_episodes(m, rollout.Episodes(done=jnp.asarray(done.reshape(3, 2)),
+                                                            episode_return=jnp.asarray(returns.reshape(3, 2)),
+                                                            episode_length=jnp.ones((3, 2), jnp.int32)), {})
+        report, m = metrics.close_report(m, gather, smoothing)
         window = twin.collect(ended)
         assert int(report["episodes_this_iter"]) == len(ended)
         if window:
@@ -92,9 +89,9 @@ def test_clip_rewards_clips_what_the_learner_sees_not_the_episode_returns():
     state = jax.jit(p.iteration)(state)[0]
     size = int(state.buffer["default_policy"].size)
     np.testing.assert_array_equal(np.asarray(state.buffer["default_policy"].storage.reward[:size]), 0.25)  # CartPole pays 1
-    done = int(state.metrics.episodes_total)
+    done = int(state.metrics.episodes.episodes_total)
     assert done > 0  # returns are the env's: one per step
-    np.testing.assert_array_equal(state.metrics.returns[:done], state.metrics.lengths[:done])
+    np.testing.assert_array_equal(state.metrics.episodes.returns[:done], state.metrics.episodes.lengths[:done])
 
 
 @pytest.mark.parametrize("clip, reward, want", [
@@ -111,7 +108,7 @@ def test_no_done_at_end_bootstraps_at_terminations(no_done_at_end):
     p = plan.make_plan(config)
     state = jax.jit(p.init)(jax.random.key(1))
     size = int(state.buffer["default_policy"].size)
-    assert int(state.metrics.episodes_total) > 0  # random CartPole episodes terminated
+    assert int(state.metrics.episodes.episodes_total) > 0  # random CartPole episodes terminated
     discounts = set(np.asarray(state.buffer["default_policy"].storage.discount[:size]).tolist())
     assert discounts == ({np.float32(0.99)} if no_done_at_end else {0.0, np.float32(0.99)})
 
@@ -150,7 +147,7 @@ def test_min_iter_time_s_runs_chunks_until_the_time_has_passed():
     trainer = Trainer(config)
     trainer.train()  # compiles
     r = trainer.train()
-    chunk = trainer.plan.schedule.iterations_per_chunk * trainer.plan.schedule.steps_per_iteration
+    chunk = trainer.plan.schedule.steps_per_chunk
     assert r["time_this_iter_s"] >= 0.3
     assert r["timesteps_this_iter"] > chunk and r["timesteps_this_iter"] % chunk == 0
 
@@ -159,14 +156,14 @@ def test_mean_td_error_is_q_minus_target_as_rllib_reports_it():
     """A terminal transition with reward -100: the target is -100 and Q is near 0, so RLlib's
     mean_td_error (Q - target) is about +100."""
     config = SimpleQConfig(model=ModelConfig(fcnet_hiddens=(8,)), train_batch_size=4)
-    net = make_network(config.model, config.head, 2)
-    opt = learner.make_optimizer(config)
+    net = QNetwork(2, config.model, config.head)
+    opt = optimizer_of(config)
     obs = jnp.eye(4, 3)
     items = Transition(obs=obs, action=jnp.zeros(4, jnp.int32), reward=jnp.full(4, -100.0),
                        discount=jnp.zeros(4), next_obs=obs)
     state = learner.init(net, opt, jax.random.key(0), obs)
     q = np.asarray(net.apply(state.params, obs).q)[:, 0]
-    step = learner.make_train_step(config, net, opt)
+    step = train_step_of(config, net, opt)
     _, info = step(state, Sample(items=items, indices=jnp.arange(4), weights=jnp.ones(4)),
                    env_steps=0, key=jax.random.key(1))
     assert float(info.mean_td_error) == pytest.approx(np.mean(q + 100.0), rel=1e-5)

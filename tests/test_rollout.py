@@ -10,8 +10,9 @@ from jaxdqn import envs, rollout
 GAMMA = 0.9
 
 
-def constant_policy(params, obs, key):
-    return jnp.full((obs.shape[0],), params, jnp.int32)
+def constant(action):
+    """An ``Act`` that always takes ``action``."""
+    return lambda obs, key: jnp.full((obs.shape[0],), action, jnp.int32)
 
 
 def reference(raw, t_count, n, gamma):
@@ -37,23 +38,24 @@ def reference(raw, t_count, n, gamma):
     ({}, 0),  # pushing one way: terminations
 ])
 def test_fragments_give_the_exact_n_step_transitions(env_params, action):
-    spec = envs.make_env("CartPole-v1", env_params)
+    env = envs.functions(envs.make_env("CartPole-v1", env_params))
     n, length, num_envs, fragments = 3, 4, 2, 6
-    actor = rollout.init(spec, jax.random.key(0), num_envs, n)
+    actor = rollout.init(env, jax.random.key(0), num_envs, n - 1)
     keys = jax.random.split(jax.random.key(1), fragments + 1)
-    primed, _ = rollout.prime(spec, constant_policy, action, actor, keys[0])
+    primed, _ = rollout.prime(env, constant(action), actor, keys[0])
     state, got = primed, []
     for i in range(fragments):
-        state, transitions, _, mask = rollout.fragment(spec, constant_policy, action, state, keys[i + 1],
-                                                       length=length, gamma=GAMMA, n=n)
+        state, window, _ = rollout.fragment(env, constant(action), state, keys[i + 1], length=length)
+        transitions = rollout.n_step_transitions(window, count=length, gamma=GAMMA, n=n)
+        mask = rollout.stored_mask(window, length)
         assert transitions.reward.shape == (length * num_envs,) and mask is None  # a gymnax env: all stored
         got.append(jax.tree_util.tree_map(lambda x: x.reshape((length, num_envs) + x.shape[1:]), transitions))
     got = jax.tree_util.tree_map(lambda *x: np.concatenate(x), *got)  # [T, E, ...]
     # The same raw trajectory, replayed with the same keys in one piece.
-    actor2, raw0, _ = rollout.run_steps(spec, constant_policy, action, actor, keys[0], n - 1)
+    actor2, raw0, _ = rollout.run_steps(env, constant(action), actor, keys[0], n - 1)
     raws = [raw0]
     for i in range(fragments):
-        actor2, raw, _ = rollout.run_steps(spec, constant_policy, action, actor2, keys[i + 1], length)
+        actor2, raw, _ = rollout.run_steps(env, constant(action), actor2, keys[i + 1], length)
         raws.append(raw)
     raw = jax.tree_util.tree_map(lambda *x: np.concatenate(x), *raws)
     total = fragments * length
@@ -73,10 +75,10 @@ def test_fragments_give_the_exact_n_step_transitions(env_params, action):
 
 
 def test_episode_returns_and_lengths_are_recorded():
-    spec = envs.make_env("CartPole-v1", {"max_steps_in_episode": 7, "theta_threshold_radians": 100.0,
-                                         "x_threshold": 1e6})
-    actor = rollout.init(spec, jax.random.key(0), 3, 1)
-    _, _, episodes = rollout.run_steps(spec, constant_policy, 0, actor, jax.random.key(1), 20)
+    env = envs.functions(envs.make_env("CartPole-v1", {"max_steps_in_episode": 7, "theta_threshold_radians": 100.0,
+                                                       "x_threshold": 1e6}))
+    actor = rollout.init(env, jax.random.key(0), 3, 0)
+    _, _, episodes = rollout.run_steps(env, constant(0), actor, jax.random.key(1), 20)
     done = np.asarray(episodes.done)
     np.testing.assert_array_equal(np.nonzero(done[:, 0])[0], [6, 13])
     np.testing.assert_array_equal(np.asarray(episodes.episode_length)[done], 7)

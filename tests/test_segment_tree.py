@@ -6,8 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jaxdqn import _platform
-from jaxdqn.buffers import segment_tree
+from jaxdqn.buffers import dispatch, segment_tree
 from tests.reference.sum_tree import check_valid, next_pow2, prefix_sum_index, reference_layout
 
 
@@ -129,8 +128,8 @@ def test_float32_round_off_with_many_tiny_leaves():
 
 def test_fence_returns_its_values():
     idx, w = jnp.array([3, 0, 7], jnp.int32), jnp.array([0.5, -1.0, jnp.nan])
-    out = jax.jit(_platform.fence)((idx, w))
+    out = jax.jit(dispatch.fence)((idx, w))
     np.testing.assert_array_equal(out[0], idx)
     np.testing.assert_array_equal(out[1], w)
-    out = jax.vmap(_platform.fence)((jnp.stack([idx, idx + 1]), jnp.stack([w, w])))
+    out = jax.vmap(dispatch.fence)((jnp.stack([idx, idx + 1]), jnp.stack([w, w])))
     np.testing.assert_array_equal(out[0], jnp.stack([idx, idx + 1]))

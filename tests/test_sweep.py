@@ -107,13 +107,14 @@ def test_a_swept_key_without_effect_is_refused(configs, message):
         sweep.group_trials(configs)
 
 
-def test_traced_config_substitutes_without_touching_the_original():
+def test_a_trials_values_travel_beside_the_static_config():
     base = DQNConfig()
-    traced = sweep.traced_config(base, {"lr": 0.5, "exploration_config.final_epsilon": 0.25})
-    assert traced.lr == 0.5 and traced.exploration_config.final_epsilon == 0.25
+    hyper = sweep.hyperparams(base, {"lr": 0.5, "exploration_config.final_epsilon": 0.25})
+    assert hyper.lr == 0.5 and hyper.final_epsilon == 0.25
+    assert hyper._replace(lr=base.lr, final_epsilon=0.02) == base.hyperparams  # nothing else changed
     assert base.lr == 5e-4 and base.exploration_config.final_epsilon == 0.02
     with pytest.raises(ValueError, match="hiddens cannot be traced"):
-        sweep.traced_config(base, {"hiddens": (3,)})
+        sweep.hyperparams(base, {"hiddens": (3,)})
 
 
 @given(st.lists(st.tuples(st.integers(0, 50), st.floats(0, 5, width=32)), min_size=1, max_size=5),

@@ -217,7 +217,7 @@ def test_a_large_ring_samples_the_same_items_with_the_row_kernel(kind, kernels):
     """Above ``GATHER_KERNEL_MIN_BYTES`` the CPU gathers with the kernel: same batches as XLA's."""
     capacity = 2048
     item = {"obs": jnp.zeros((80,), jnp.float32), "a": jnp.zeros((), jnp.int32)}  # obs: 640 KiB
-    assert capacity * 80 * 4 >= buffers.uniform_replay.GATHER_KERNEL_MIN_BYTES
+    assert capacity * 80 * 4 >= buffers.dispatch.GATHER_KERNEL_MIN_BYTES
 
     def run(cpu_kernels):
         kernels(cpu_kernels)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import jax
 
-from jaxdqn.buffers import frames, prioritized_replay, segment_tree, sequence, uniform_replay
+from jaxdqn.buffers import dispatch, frames, prioritized_replay, segment_tree, sequence, uniform_replay
 from jaxdqn.buffers.frames import make_frame_replay as frame_replay
 from jaxdqn.buffers.prioritized_replay import make_prioritized as prioritized
 from jaxdqn.buffers.sequence import timeslice
@@ -42,6 +42,7 @@ __all__ = [
     "Sample",
     "SequenceItem",
     "UniformState",
+    "dispatch",
     "frame_replay",
     "frames",
     "prioritized",

@@ -9,14 +9,11 @@ independent (with replacement), as in RLlib.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxdqn import _platform
-from jaxdqn.buffers import segment_tree, tree_kernels, uniform_replay
+from jaxdqn.buffers import dispatch, segment_tree, uniform_replay
 from jaxdqn.types import PrioritizedState, PyTree, ReplayBuffer, Sample
 
 Array = jax.Array
@@ -42,29 +39,6 @@ def init(example_item: PyTree, *, capacity: int) -> PrioritizedState:
     )
 
 
-use_kernels = uniform_replay.use_kernels
-
-
-def set_leaves(trees: Array, slots: Array, values: Array, *, capacity: int) -> Array:
-    """Write ``values`` ``[K]`` at leaf ``slots`` ``[K]`` (a slot named twice keeps its last value).
-
-    On the CPU with the kernels built: one fused call. Elsewhere: ``segment_tree``'s program
-    (sorted first, see ``last_write_wins``). Bitwise the same trees either way.
-    """
-
-    def with_xla(trees, slots, values):
-        slots, values = segment_tree.last_write_wins(slots, values, capacity=capacity)
-        return segment_tree.set_leaves(trees, slots, values, capacity=capacity)
-
-    if not use_kernels():
-        return with_xla(trees, slots, values)
-    return lax.platform_dependent(
-        trees, slots, values,
-        cpu=functools.partial(tree_kernels.set_leaves, capacity=capacity),
-        default=with_xla,
-    )
-
-
 def add(state: PrioritizedState, items: PyTree, mask: Array | None = None) -> PrioritizedState:
     """Write ``K`` items (leaves ``[K, ...]``) at the max priority seen so far; ``mask`` ``[K]``
     (optional) keeps only the items where it is True (``uniform_replay.add``)."""
@@ -73,14 +47,14 @@ def add(state: PrioritizedState, items: PyTree, mask: Array | None = None) -> Pr
     priorities = jnp.full((k,), state.max_priority)
     if mask is None:
         slots = uniform_replay.write_slots(state.storage, k)
-        trees = set_leaves(state.trees, slots, priorities, capacity=capacity)
+        trees = dispatch.set_leaves(state.trees, slots, priorities, capacity=capacity)
     else:
         slots, count = uniform_replay.masked_slots(state.storage, mask.reshape(-1))
         # The tree writes cannot drop a slot: a masked-out item writes the same max priority at
         # the first kept item's slot (``insert_pos``), which that item writes anyway; with no
         # item kept the trees stay as they are.
         slots = jnp.where(mask.reshape(-1), slots, state.storage.insert_pos)
-        trees = lax.cond(count > 0, lambda t: set_leaves(t, slots, priorities, capacity=capacity),
+        trees = lax.cond(count > 0, lambda t: dispatch.set_leaves(t, slots, priorities, capacity=capacity),
                          lambda t: t, state.trees)
     return PrioritizedState(
         storage=uniform_replay.add(state.storage, items, mask),
@@ -89,41 +63,11 @@ def add(state: PrioritizedState, items: PyTree, mask: Array | None = None) -> Pr
     )
 
 
-def draw(trees: Array, mass: Array, beta: Array, *, capacity: int, on_cpu: bool) -> tuple[Array, Array]:
-    """``(indices [B], weights [B])`` of the leaves holding ``mass`` ``[B]``.
-
-    Two compilations of the same arithmetic (bitwise the same results), picked per platform
-    when the program is lowered (``lax.platform_dependent``); where the fused CPU kernels are
-    built, the CPU runs ``draw_with_kernel`` instead (also bitwise the same). On the CPU: the levels as a
-    rolled loop and the result fenced (``_platform.fence``), which keeps XLA:CPU from fusing
-    tree reads past the next priority write and copying the trees. On a GPU those two loops
-    cost a kernel launch and a host round trip per trip, and the unrolled, unfenced descent
-    updates the trees in place there: measured on an H200 (``add`` 10 + ``sample`` 128 +
-    ``update`` 128), 56 us per iteration at capacity 1M and 47 us at 10k, against 115 and 152 us
-    with the CPU's form. (On the CPU the GPU's form copies the trees: 418 against 74 us at 1M.)
-    """
-    indices, priorities = segment_tree.find_prefix_sum(trees, mass, capacity=capacity, unroll=not on_cpu)
-    weights = (segment_tree.minimum(trees) / priorities) ** beta
-    if on_cpu:
-        indices, weights = _platform.fence((indices, weights))  # see there: no tree copies
-    return indices, weights
-
-
-def draw_with_kernel(trees: Array, mass: Array, beta: Array, *, capacity: int) -> tuple[Array, Array]:
-    """``draw``'s result from the fused CPU kernel (``tree_kernels.draw``), bitwise the same.
-
-    No fence is needed: a custom call is never fused into (re-computed by) its consumers.
-    """
-    indices, priorities, smallest = tree_kernels.draw(trees, mass, capacity=capacity)
-    return indices, (smallest / priorities) ** beta
-
-
 def sample(state: PrioritizedState, key: Array, *, batch_size: int, beta: float | Array) -> Sample:
     """``batch_size`` items drawn with probability ``p_i / sum(p)``, with importance weights.
 
     ``beta`` may be traced (it is annealed). Any ``batch_size`` >= 1 (draws are with replacement).
     Precondition: at least one item was added (refused outside ``jit``, as for the uniform ring).
-    On the CPU the fused kernels draw where built (``JAXDQN_CPU_KERNELS=0``: XLA's program).
     """
     capacity = uniform_replay.capacity_of(state.storage)
     uniform_replay.check_batch_size(batch_size)
@@ -132,15 +76,9 @@ def sample(state: PrioritizedState, key: Array, *, batch_size: int, beta: float 
         raise ValueError(f"beta must be >= 0 (0: no importance correction), got {beta!r}")
     mass = jax.random.uniform(key, (batch_size,), jnp.float32) * segment_tree.total(state.trees)
     beta = jnp.asarray(beta, jnp.float32)
-    indices, weights = lax.platform_dependent(
-        state.trees, mass, beta,
-        cpu=functools.partial(draw_with_kernel, capacity=capacity)
-        if use_kernels()
-        else functools.partial(draw, capacity=capacity, on_cpu=True),
-        default=functools.partial(draw, capacity=capacity, on_cpu=False),
-    )
+    indices, weights = dispatch.draw(state.trees, mass, beta, capacity=capacity)
     return Sample(
-        items=uniform_replay.gather(state.storage.storage, indices),
+        items=dispatch.gather(state.storage.storage, indices),
         indices=indices,
         weights=weights,
     )
@@ -171,7 +109,7 @@ def update(
     indices = indices.astype(jnp.int32)
     priorities = priorities_from_td(td_errors, alpha=alpha, eps=eps)
     capacity = uniform_replay.capacity_of(state.storage)
-    trees = set_leaves(state.trees, indices, priorities, capacity=capacity)
+    trees = dispatch.set_leaves(state.trees, indices, priorities, capacity=capacity)
     return PrioritizedState(
         storage=state.storage,
         trees=trees,
@@ -181,12 +119,8 @@ def update(
 
 
 def make_prioritized(capacity: int, alpha: float = 0.6, eps: float = 1e-6) -> ReplayBuffer:
-    """A proportional prioritized replay buffer (RLlib's ``PrioritizedReplayBuffer``).
-
-    On the CPU the tree's descent and writes run as the fused kernels of ``tree_kernels`` when
-    they are built (bitwise the same results, several times faster at large capacities);
-    ``JAXDQN_CPU_KERNELS=0`` keeps XLA's program (for comparisons).
-    """
+    """A proportional prioritized replay buffer (RLlib's ``PrioritizedReplayBuffer``); where its
+    steps run as XLA's program or the fused CPU kernels is ``dispatch``'s choice."""
     uniform_replay.check_capacity(capacity)
     check_priority_args(alpha, eps)
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax import lax
-
-from jaxdqn.buffers import tree_kernels
+from jaxdqn.buffers import dispatch
 from jaxdqn.types import PyTree, ReplayBuffer, Sample, UniformState
 
 Array = jax.Array
@@ -105,17 +103,6 @@ def write_slots(state: UniformState, k: int) -> Array:
     return (state.insert_pos + jnp.arange(k, dtype=jnp.int32)) % capacity
 
 
-# Where XLA:CPU starts splitting a gather across its thread pool (an operand of 2 x 256 KiB,
-# its per-thread L2 estimate); from there the fused row gather is faster (measured, see gather).
-GATHER_KERNEL_MIN_BYTES = 512 * 1024
-
-
-def use_kernels() -> bool:
-    """Whether the CPU program traced now uses the fused kernels (built, and not switched off by
-    ``JAXDQN_CPU_KERNELS=0``: ``tree_kernels.enabled``)."""
-    return tree_kernels.enabled()
-
-
 def masked_slots(state: UniformState, mask: Array) -> tuple[Array, Array]:
     """``(slots [K], count [])`` of an ``add`` that keeps only the items where ``mask`` ``[K]``:
     the kept ones take the next slots in order; the others get distinct slots past the end
@@ -154,32 +141,6 @@ def add(state: UniformState, items: PyTree, mask: Array | None = None) -> Unifor
     )
 
 
-def gather(storage: PyTree, indices: Array) -> PyTree:
-    """The items at ``indices`` ``[B]`` (valid slots): leaves ``[B, ...]``.
-
-    On the CPU, when a leaf of ``storage`` is ``GATHER_KERNEL_MIN_BYTES`` or larger and the
-    kernels are built: one call for every leaf (``tree_kernels.gather_rows``, all rows
-    prefetched at once, on the calling thread). XLA:CPU would split each such gather across
-    its thread pool, which on 2 cores at capacity 1M made the buffer benchmark's iterations
-    about twice as slow in most runs (prioritized, measured: ~33 against ~16 us); below the
-    threshold XLA's gathers are the faster (30k: 8.8 against 10.2 us). Same items either way.
-    """
-
-    def with_xla(leaves, indices):
-        return [s[indices] for s in leaves]
-
-    leaves, treedef = jax.tree_util.tree_flatten(storage)
-    largest = max(s.size * s.dtype.itemsize for s in leaves)
-    if not use_kernels() or largest < GATHER_KERNEL_MIN_BYTES:
-        return treedef.unflatten(with_xla(leaves, indices))
-    rows = lax.platform_dependent(
-        leaves, indices,
-        cpu=lambda leaves, indices: list(tree_kernels.gather_rows(tuple(leaves), indices)),
-        default=with_xla,
-    )
-    return treedef.unflatten(rows)
-
-
 def sample(state: UniformState, key: Array, *, batch_size: int) -> Sample:
     """``batch_size`` items drawn uniformly, with replacement, from the valid slots.
 
@@ -193,19 +154,14 @@ def sample(state: UniformState, key: Array, *, batch_size: int) -> Sample:
         key, (batch_size,), 0, jnp.maximum(state.size, 1), dtype=jnp.int32
     )
     return Sample(
-        items=gather(state.storage, indices),
+        items=dispatch.gather(state.storage, indices),
         indices=indices,
         weights=jnp.ones((batch_size,), jnp.float32),
     )
 
 
 def make_uniform(capacity: int) -> ReplayBuffer:
-    """A uniform replay buffer of ``capacity`` items (RLlib's ``ReplayBuffer``).
-
-    On the CPU, sampled items of a large ring are gathered with the fused kernel of
-    ``tree_kernels`` when it is built (the same items; see ``gather``); ``JAXDQN_CPU_KERNELS=0``
-    keeps XLA's program.
-    """
+    """A uniform replay buffer of ``capacity`` items (RLlib's ``ReplayBuffer``)."""
     check_capacity(capacity)
 
     def init_fn(example_item: PyTree) -> UniformState:

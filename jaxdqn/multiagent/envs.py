@@ -6,13 +6,14 @@ implements, like a gymnax ``Environment``, ``reset_env(key, params) -> (obs, sta
 ``step_env(key, state, actions, params) -> (obs, state, rewards, terminated, truncated)`` without
 automatic reset, plus ``observation_space(agent, params)`` / ``action_space(agent, params)``.
 
-``step`` here runs ``E`` copies with ``vmap`` and makes one joint episode (RLlib's
-``dones["__all__"]``), ended as ``env_params`` ``done_when`` says:
+``step`` here runs ``E`` copies with ``vmap`` and returns the ``EnvStep`` every rollout takes,
+its fields dicts by agent, and makes one joint episode (RLlib's ``dones["__all__"]``,
+``EnvStep.episode_end``), ended as ``env_params`` ``done_when`` says:
 
 * ``"all"`` (the default; RLlib's ``make_multi_agent``): the joint episode ends when every
   agent's own episode has ended; an agent that has finished stops acting: its later steps earn
-  no reward and are marked not ``acted`` (the plan stores no transition for them), while the
-  others play on;
+  no reward and are marked not ``valid`` (the plan stores no transition for them), while the
+  others play on (``EnvStep.valid``);
 * ``"any"``: it ends for every agent at the first step where any agent's ends; an agent whose
   own episode did not terminate there is truncated (it bootstraps).
 
@@ -36,6 +37,7 @@ import jax.numpy as jnp
 from gymnax.environments import spaces
 
 from jaxdqn import envs
+from jaxdqn.types import Env, EnvStep
 
 Array = jax.Array
 
@@ -123,19 +125,6 @@ class JointState(NamedTuple):
     playing: dict[str, Array]  # agent -> [] bool
 
 
-class MultiAgentStep(NamedTuple):
-    """Stepping ``E`` copies once; every field a dict agent -> ``[E, ...]`` (see ``envs.EnvStep``),
-    except ``done`` ``[E]``: the joint episode ended (all agents reset)."""
-
-    obs: dict[str, Array]
-    next_obs: dict[str, Array]
-    reward: dict[str, Array]  # 0 for an agent that no longer plays
-    terminated: dict[str, Array]  # the agent's own episode ended at this step
-    truncated: dict[str, Array]
-    acted: dict[str, Array]  # the agent was still playing: this step is one of its transitions
-    done: Array
-
-
 def is_multi_agent(env: Any) -> bool:
     """A registered multi-agent name, or a ``MultiAgentEnv`` object."""
     return isinstance(env, MultiAgentEnv) or (isinstance(env, str) and env in REGISTRY)
@@ -179,8 +168,10 @@ def reset(spec: MultiAgentSpec, key: Array, num_envs: int) -> tuple[dict[str, Ar
 
 
 def step(spec: MultiAgentSpec, key: Array, state: JointState, actions: dict[str, Array]
-         ) -> tuple[MultiAgentStep, JointState]:
-    """Step ``E`` copies once with ``actions`` (dict of ``[E]``); ended joint episodes reset."""
+         ) -> tuple[EnvStep, JointState]:
+    """Step ``E`` copies once with ``actions`` (dict of ``[E]``); ended joint episodes reset.
+    ``valid`` marks the agents still playing (their steps are transitions), ``reward`` is 0 for
+    the others and ``episode_end`` is the joint episode's end."""
 
     def one(key, state, actions):
         step_key, reset_key = jax.random.split(key)
@@ -197,11 +188,16 @@ def step(spec: MultiAgentSpec, key: Array, state: JointState, actions: dict[str,
         reset_obs, reset_state = fresh(spec, reset_key)
         pick = lambda fresh_, old: jax.tree_util.tree_map(lambda x, y: jnp.where(done, x, y), fresh_, old)  # noqa: E731
         still = JointState(env=new_state, playing={a: playing[a] & ~ends[a] for a in spec.agents})
-        out = MultiAgentStep(obs=pick(reset_obs, obs), next_obs=obs,
-                             reward={a: jnp.where(playing[a], jnp.asarray(reward[a], jnp.float32), 0.0)
-                                     for a in spec.agents},
-                             terminated=terminated, truncated=truncated, acted=dict(playing), done=done)
+        out = EnvStep(obs=pick(reset_obs, obs), next_obs=obs,
+                      reward={a: jnp.where(playing[a], jnp.asarray(reward[a], jnp.float32), 0.0) for a in spec.agents},
+                      terminated=terminated, truncated=truncated, valid=dict(playing), episode_end=done)
         return out, pick(reset_state, still)
 
     keys = jax.random.split(key, jax.tree_util.tree_leaves(actions)[0].shape[0])
     return jax.vmap(one)(keys, state, actions)
+
+
+def functions(spec: MultiAgentSpec) -> Env:
+    """``spec``'s ``reset`` / ``step`` as the ``Env`` that rollouts and evaluations step."""
+    return Env(reset=lambda key, num_envs: reset(spec, key, num_envs),
+               step=lambda key, env_state, actions: step(spec, key, env_state, actions))
