@@ -12,10 +12,8 @@ returns RLlib's result dict; the only host round-trip is the chunk's small repor
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
 import time
-import warnings
 from typing import Any, Mapping, Sequence
 
 import jax
@@ -26,136 +24,16 @@ import jaxdqn
 from jaxdqn import checkpoint, envs, exploration, parallel, sweep
 from jaxdqn.config import DEFAULT_POLICY, DQNConfig, algo_of, classified, from_dict, to_dict
 from jaxdqn.policy import BatchHook
+from jaxdqn.resources import check_memory, warn_without_kernels
+from jaxdqn.results import merge_reports, result_dict
 from jaxdqn.rollout import Memory
 
 # Keys that may differ between a checkpoint and the config that restores it (``resumable``
 # metadata): they change how long or how often the shell runs things, never the state or the
 # arithmetic of a step.
 RESUMABLE_KEYS = frozenset(classified(DQNConfig, "resumable"))
-LEARNER_STATS = ("loss", "mean_q", "min_q", "max_q", "mean_td_error", "cur_lr", "grad_gnorm")
 EVAL_STREAM = 0x5EED  # folded into the seed for evaluation keys, apart from training's keys
 CHECKPOINT_FORMAT = 5  # 4: an ALE batch's frames stored once; 5: one rollout state for one agent or several
-
-
-def _scalar(x: Any) -> Any:
-    value = np.asarray(x).item()
-    return float(value) if isinstance(value, float) else value
-
-
-THIS_ITER = ("episodes_this_iter", "timesteps_this_iter", "num_steps_trained_this_iter")
-
-
-def merge_reports(reports: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """One iteration's report from the reports of its chunks (several with ``min_iter_time_s``):
-    the ``*_this_iter`` counts summed, everything else the last chunk's."""
-    out = dict(reports[-1])
-    for key in THIS_ITER:
-        out[key] = sum(np.asarray(r[key]) for r in reports)
-    return out
-
-
-def result_dict(report: Mapping[str, Any], *, iteration: int, time_this_iter_s: float,
-                time_total_s: float) -> dict[str, Any]:
-    """RLlib's result layout from one seed's iteration report (host scalars)."""
-    r = {k: _scalar(v) for k, v in report.items()}
-    trained_this_iter = r.pop("num_steps_trained_this_iter")
-    timesteps_this_iter = r.pop("timesteps_this_iter")
-    seconds = max(time_this_iter_s, 1e-9)
-    # The plan reports learner/<pid>/<stat> per trained policy and, for a multi-agent env,
-    # policy_reward_<stat>/<pid> (RLlib's policy_reward_* are {} for a single agent).
-    pids = sorted({k.split("/")[1] for k in r if k.startswith("learner/")})
-    learners = {pid: {"learner_stats": {k: r[f"learner/{pid}/{k}"] for k in LEARNER_STATS}} for pid in pids}
-    per_policy = {f"policy_reward_{stat}": {k.split("/", 1)[1]: v for k, v in r.items()
-                                            if k.startswith(f"policy_reward_{stat}/")}
-                  for stat in ("mean", "min", "max")}
-    return {
-        "episode_reward_mean": r["episode_reward_mean"],
-        "episode_reward_min": r["episode_reward_min"],
-        "episode_reward_max": r["episode_reward_max"],
-        "episode_len_mean": r["episode_len_mean"],
-        "episodes_this_iter": r["episodes_this_iter"],
-        "episodes_total": r["episodes_total"],
-        "timesteps_total": r["timesteps_total"],
-        "timesteps_this_iter": timesteps_this_iter,
-        "training_iteration": iteration,
-        "time_this_iter_s": time_this_iter_s,
-        "time_total_s": time_total_s,
-        "num_env_steps_sampled_throughput_per_sec": timesteps_this_iter / seconds,
-        "num_env_steps_trained_throughput_per_sec": trained_this_iter / seconds,
-        "info": {
-            "num_steps_sampled": r["num_steps_sampled"],
-            "num_steps_trained": r["num_steps_trained"],
-            "num_target_updates": r["num_target_updates"],
-            "last_target_update_ts": r["last_target_update_ts"],
-            "learner": learners,
-        },
-        **per_policy,
-        "done": False,
-        "timestamp": int(time.time()),
-        "date": datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"),
-    }
-
-
-LARGE_PRIORITIZED = 100_000  # items from which the fused CPU tree kernels are several times faster
-
-
-def warn_without_kernels(config: DQNConfig) -> None:
-    """Warn (once per process: Python's default filter) when a large prioritized buffer will run
-    on the CPU without the fused tree kernels: the same results, several times slower."""
-    from jaxdqn.buffers import tree_kernels
-
-    if (config.prioritized_replay and config.buffer_size >= LARGE_PRIORITIZED and jax.default_backend() == "cpu"
-            and not tree_kernels.enabled()):
-        warnings.warn(f"prioritized replay of buffer_size={config.buffer_size} on the CPU runs without the fused "
-                      f"tree kernels: the fused CPU tree kernels are {tree_kernels.status()}", RuntimeWarning,
-                      stacklevel=3)
-
-
-def available_memory(device: Any) -> tuple[int, str] | None:
-    """``(bytes, what they are)`` that one run's state may take on ``device``: an accelerator's
-    allocator limit, or the host's available memory for the CPU (Linux); None where unknown."""
-    try:
-        stats = device.memory_stats() or {}
-    except Exception:  # noqa: BLE001 - a backend without memory statistics
-        stats = {}
-    if "bytes_limit" in stats:
-        return int(stats["bytes_limit"]), f"{device.platform.upper()} memory of one device"
-    if device.platform == "cpu":
-        try:
-            with open("/proc/meminfo") as f:
-                fields = dict(line.split(":", 1) for line in f)
-            return int(fields["MemAvailable"].split()[0]) * 1024, "available host memory"
-        except (OSError, KeyError, ValueError):
-            return None
-    return None
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
-
-
-def check_memory(config: DQNConfig, runner: parallel.Runner) -> None:
-    """Refuse, before anything is allocated or compiled, a run whose state (replay storage above
-    all) cannot fit in memory, naming ``buffer_size`` and the largest that would fit: a 1M-item
-    buffer of 84x84x4 frames (obs and next_obs) is 56 GB, which otherwise ends as an
-    out-of-memory crash minutes into a run. CPU devices of one process share the host's memory."""
-    layout = runner.layout
-    template = runner.template()
-    nbytes = lambda tree: sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree))  # noqa: E731
-    device = jax.local_devices()[0]
-    share = layout.num_processes if device.platform == "cpu" else layout.num_devices
-    state, buffer = nbytes(template) / share, nbytes(template.buffer) / share
-    limit = available_memory(device)
-    if limit is None or state <= limit[0]:
-        return
-    # Replay storage grows in proportion to buffer_size (the trees of prioritized replay up to a
-    # power of two): scale it down to what is left beside the rest of the state.
-    fits = int(config.buffer_size * max(0.0, limit[0] - (state - buffer)) / max(buffer, 1.0))
-    fits -= fits % 10 ** max(0, len(str(fits)) - 3)  # three significant digits, rounded down: a margin
-    raise ValueError(f"buffer_size={config.buffer_size} (RLlib's replay_buffer_config.capacity) does not fit: the "
-                     f"training state needs {_gib(state)} ({_gib(buffer)} of it replay storage) but the "
-                     f"{limit[1]} is {_gib(limit[0])}; lower buffer_size to about {fits} or less"
-                     f"{', or run fewer seeds' if layout.num_seeds else ''}")
 
 
 def apply_overrides(config: DQNConfig, overrides: Mapping[str, Any]) -> DQNConfig:
@@ -547,4 +425,4 @@ class Trainer:
         return f"Trainer({algo_of(self.config)}, env={self.config.env!r}{seeds}, iteration={self.iteration})"
 
 
-__all__ = ["RESUMABLE_KEYS", "Trainer", "apply_overrides", "config_differences", "merge_reports", "result_dict"]
+__all__ = ["RESUMABLE_KEYS", "Trainer", "apply_overrides", "config_differences"]

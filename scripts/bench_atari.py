@@ -25,14 +25,15 @@ from unittest import mock
 
 import jax
 
-from jaxdqn import cli, envs, worker
+from jaxdqn import envs, worker
+from jaxdqn.cli import documents
 from jaxdqn.config import from_dict
 from jaxdqn.trainer import Trainer
 
 
 def pong_config(num_envs: int, steps: int):
-    doc = cli.yaml_load(open("tests/data/rllib/pong-dqn.yaml").read())
-    algo, config, _, _ = cli.document_to_spec(doc, "pong-dqn.yaml")
+    doc = documents.yaml_load(open("tests/data/rllib/pong-dqn.yaml").read())
+    algo, config, _, _ = documents.document_to_spec(doc, "pong-dqn.yaml")
     config.update(num_envs_per_worker=num_envs, timesteps_per_iteration=steps, learning_starts=1000)
     return from_dict(config, algo)
 

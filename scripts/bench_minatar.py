@@ -31,18 +31,19 @@ import jax.numpy as jnp
 import optax
 from bench_train import compile_it, stacked_seeds, time_runs
 
-from jaxdqn import cli, envs
+from jaxdqn import envs
+from jaxdqn._platform import plan_key
+from jaxdqn.cli import documents
 from jaxdqn.config import DQNConfig, from_dict
 from jaxdqn.learner import make_optimizer
 from jaxdqn.networks import QNetwork
-from jaxdqn._platform import plan_key
 from jaxdqn.plan import make_train
 
 
 def tuned_config(timesteps: int) -> DQNConfig:
     name = "breakout-minatar-dqn.yaml"
-    doc = cli.yaml_load(importlib.resources.files("jaxdqn").joinpath("tuned_examples", name).read_text())
-    algo, config, _, _ = cli.document_to_spec(doc, name)
+    doc = documents.yaml_load(importlib.resources.files("jaxdqn").joinpath("tuned_examples", name).read_text())
+    algo, config, _, _ = documents.document_to_spec(doc, name)
     return dataclasses.replace(from_dict(config, algo), total_timesteps=timesteps)
 
 

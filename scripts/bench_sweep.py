@@ -25,7 +25,7 @@ import time
 
 import jax
 
-from jaxdqn import cli
+from jaxdqn.cli import documents
 from jaxdqn.config import from_dict
 from jaxdqn.trainer import Trainer
 
@@ -33,9 +33,9 @@ LRS = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-5, 3e-2, 1e-5]
 
 
 def base_config(timesteps: int):
-    doc = cli.yaml_load(importlib.resources.files("jaxdqn").joinpath("tuned_examples", "cartpole-v1-dqn.yaml")
+    doc = documents.yaml_load(importlib.resources.files("jaxdqn").joinpath("tuned_examples", "cartpole-v1-dqn.yaml")
                         .read_text())
-    _, config, _, _ = cli.document_to_spec(doc, "cartpole-v1-dqn.yaml")
+    _, config, _, _ = documents.document_to_spec(doc, "cartpole-v1-dqn.yaml")
     config.update(lr_schedule=None, total_timesteps=timesteps, timesteps_per_iteration=max(1000, timesteps // 4))
     return from_dict(config)
 

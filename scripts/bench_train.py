@@ -36,8 +36,8 @@ import numpy as np
 import optax
 
 from jaxdqn import DQNConfig, ExplorationConfig, ModelConfig, SimpleQConfig, envs
-from jaxdqn.networks import QNetwork
 from jaxdqn._platform import plan_key
+from jaxdqn.networks import QNetwork
 from jaxdqn.plan import make_train
 
 NUM_ENVS, BATCH, BUFFER, STARTS, TARGET_FREQ, LR = 10, 128, 10_000, 10_000, 500, 2.5e-4

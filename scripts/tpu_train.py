@@ -38,17 +38,17 @@ def main() -> None:
     import jax
     import numpy as np
 
-    from jaxdqn import cli
+    from jaxdqn.cli import documents
     from jaxdqn.config import from_dict
     from jaxdqn.trainer import Trainer
 
-    tuned = cli.tuned_example(args.algo, args.env)
+    tuned = documents.tuned_example(args.algo, args.env)
     config = {"env": args.env}
     if tuned is not None:
-        _, config, _, _ = cli.document_to_spec(tuned[1], tuned[0])
+        _, config, _, _ = documents.document_to_spec(tuned[1], tuned[0])
     config = {**config, "total_timesteps": args.timesteps, "num_devices": "auto"}
     for assignment in args.set:
-        cli.apply_set(config, assignment)
+        documents.apply_set(config, assignment)
     trainer = Trainer(from_dict(config, args.algo), num_seeds=None if args.seeds == 1 else args.seeds)
     main_process = jax.process_index() == 0
     if main_process:

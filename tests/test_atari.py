@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from jaxdqn import DQNConfig, Trainer, atari, buffers, cli, envs
+from jaxdqn.cli import documents
 from jaxdqn.config import atari_game
 
 DATA = pathlib.Path(__file__).parent / "data" / "rllib"
@@ -137,8 +138,8 @@ def test_rllib_atari_duel_ddqn_yaml_is_one_program_per_game_and_its_replay_is_si
     from jaxdqn import sweep, trainer
     from jaxdqn.buffers import frames
 
-    doc = cli.read_yaml(str(DATA / "atari-duel-ddqn.yaml"))
-    algo, variants, _, _, _ = cli.document_variants(doc, "atari-duel-ddqn.yaml")
+    doc = documents.read_yaml(str(DATA / "atari-duel-ddqn.yaml"))
+    algo, variants, _, _, _ = documents.document_variants(doc, "atari-duel-ddqn.yaml")
     assert [v["env"] for v, _ in variants] == ["BreakoutNoFrameskip-v4", "BeamRiderNoFrameskip-v4",
                                                "QbertNoFrameskip-v4", "SpaceInvadersNoFrameskip-v4"]
     _, config = variants[0]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from jaxdqn import cli
+from jaxdqn.cli import loop
 
 # Small enough for seconds: iterations of 256 env steps.
 SMALL = ["--set", "buffer_size=2000", "--set", "learning_starts=64", "--set", "num_envs_per_worker=4",
@@ -212,5 +213,5 @@ def test_stop_on_time_total_s_as_rllib():
     """RLlib's stop keys are lower bounds on the result: ``time_total_s`` too (pong-dqn.yaml's)."""
     results = [{"time_total_s": 7.5, "timesteps_total": 100, "episode_reward_mean": 1.0, "training_iteration": 2},
                {"time_total_s": 9.0, "timesteps_total": 100, "episode_reward_mean": 3.0, "training_iteration": 2}]
-    assert cli.should_stop(results, {"time_total_s": 7, "timesteps_total": 1000}) == "time_total_s >= 7"
-    assert cli.should_stop(results, {"time_total_s": 8, "timesteps_total": 1000}) is None  # every seed must meet it
+    assert loop.should_stop(results, {"time_total_s": 7, "timesteps_total": 1000}) == "time_total_s >= 7"
+    assert loop.should_stop(results, {"time_total_s": 8, "timesteps_total": 1000}) is None  # every seed must meet it

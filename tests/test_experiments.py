@@ -10,6 +10,7 @@ import struct
 import pytest
 
 from jaxdqn import cli, logging
+from jaxdqn.cli import loop
 
 SMALL = ["--set", "buffer_size=2000", "--set", "learning_starts=64", "--set", "num_envs_per_worker=4",
          "--set", "timesteps_per_iteration=256", "--set", "model.fcnet_hiddens=[16]", "--set", "hiddens=[16]",
@@ -145,7 +146,7 @@ class ListLogger:
 def test_each_trial_stops_on_its_own_as_in_tune(tmp_path):
     trainer = ScriptedTrainer([[10, 160, 170, 180, 190], [10, 20, 30, 155, 200]])
     loggers = [ListLogger(), ListLogger()]
-    outcome = cli.run_loop(trainer, {"episode_reward_mean": 150, "timesteps_total": 10_000}, loggers, tmp_path,
+    outcome = loop.run_loop(trainer, {"episode_reward_mean": 150, "timesteps_total": 10_000}, loggers, tmp_path,
                            0, None, True)
     assert trainer.iteration == 4  # until the last trial stops
     assert [len(logger.written) for logger in loggers] == [2, 4]

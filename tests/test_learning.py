@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from jaxdqn import cli
+from jaxdqn.cli import documents
 from jaxdqn.config import from_dict
 from jaxdqn.plan import make_plan, make_train
 
@@ -23,8 +24,8 @@ CASES = [("dqn", "CartPole-v1", 475.0), ("simple_q", "CartPole-v1", 400.0),
 
 
 def tuned_config(algo, env):
-    name, document = cli.tuned_example(algo, env)
-    algo, config, _, _ = cli.document_to_spec(document, name)
+    name, document = documents.tuned_example(algo, env)
+    algo, config, _, _ = documents.document_to_spec(document, name)
     return from_dict(config, algo)
 
 

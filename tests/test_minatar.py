@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 from jaxdqn import cli, envs
+from jaxdqn.cli import documents
 from jaxdqn.config import from_dict
 from jaxdqn.networks import QNetwork
 
@@ -16,8 +17,8 @@ GAMES = ["Asterix", "Breakout", "Freeway", "SpaceInvaders", "Seaquest"]
 
 
 def tuned(game):
-    name, document = cli.tuned_example("dqn", f"{game}-MinAtar")
-    algo, config, _, _ = cli.document_to_spec(document, name)
+    name, document = documents.tuned_example("dqn", f"{game}-MinAtar")
+    algo, config, _, _ = documents.document_to_spec(document, name)
     return from_dict(config, algo)
 
 

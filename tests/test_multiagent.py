@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from jaxdqn import DQNConfig, Trainer
-from jaxdqn.multiagent import envs as multi_agent_envs
-from jaxdqn.plan import make_plan
 from jaxdqn.buffers import size
 from jaxdqn.multiagent import MultiAgentEnv
+from jaxdqn.multiagent import envs as multi_agent_envs
+from jaxdqn.plan import make_plan
 from tests.test_plan import assert_equal_but_learner_stats
 
 GAMMA = 0.9

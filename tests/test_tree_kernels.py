@@ -252,7 +252,7 @@ def test_a_large_ring_samples_the_same_items_with_the_row_kernel(kind, kernels):
 
 def test_a_large_cpu_prioritized_run_without_the_kernels_warns(monkeypatch):
     from jaxdqn import DQNConfig
-    from jaxdqn.trainer import warn_without_kernels
+    from jaxdqn.resources import warn_without_kernels
 
     monkeypatch.setenv(tree_kernels.SWITCH, "0")
     with pytest.warns(RuntimeWarning, match="buffer_size=1000000 on the CPU runs without the fused tree kernels"):

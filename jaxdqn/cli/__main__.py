@@ -1,0 +1,7 @@
+"""``python -m jaxdqn.cli``: the ``jaxdqn`` command."""
+
+import sys
+
+from jaxdqn.cli import main
+
+sys.exit(main())

@@ -1,0 +1,110 @@
+"""The run loop of ``jaxdqn train``: ``Trainer.train()`` until a stop criterion holds, with a
+live progress bar, loggers and checkpoints, and the summary table at the end."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import pathlib
+from typing import Any, Mapping
+
+from jaxdqn.cli.documents import STOP_KEYS, Run
+
+
+def checkpointing(args: argparse.Namespace, run: Run | None) -> tuple[int, int | None, bool]:
+    """``(every, keep, at_end)``: the flags, else the YAML's Tune keys (``checkpoint_freq``,
+    ``keep_checkpoints_num``, ``checkpoint_at_end``), else every 0 (never), keep all, at the end."""
+    options = run.options if run is not None else {}
+    every = args.checkpoint_every if args.checkpoint_every else options.get("checkpoint_freq", 0)
+    keep = args.keep if args.keep is not None else options.get("keep_checkpoints_num")
+    return every, keep, options.get("checkpoint_at_end", True)
+
+
+def default_folder(run: Run, algo: str, env: str) -> pathlib.Path:
+    """``local_dir/<experiment name>`` for an RLlib YAML with ``local_dir`` (Tune's layout), else
+    ``results/<algo>_<env>_<time>``."""
+    if "local_dir" in run.options:
+        return pathlib.Path(run.options["local_dir"]).expanduser() / run.options["name"]
+    return pathlib.Path(f"results/{algo}_{env}_{datetime.datetime.now().strftime('%Y-%m-%d_%H-%M-%S')}")
+
+
+def stop_of(run: Run, config: Any) -> dict[str, Any]:
+    """The stop criteria of a config of ``run``: the run's, ending at its ``total_timesteps``."""
+    return {**run.stop, "timesteps_total": run.stop.get("timesteps_total", config.total_timesteps)}
+
+
+def should_stop(results: list[dict[str, Any]], stop: Mapping[str, Any]) -> str | None:
+    """The first stop criterion met by every seed (RLlib's ``stop``: each key is a lower bound)."""
+    for key in STOP_KEYS:  # timesteps_total is always set (the run's length)
+        if key in stop and all(not math.isnan(r[key]) and r[key] >= stop[key] for r in results):
+            return f"{key} >= {stop[key]}"
+    return None
+
+
+def mean_over(results: list[dict[str, Any]], key: str) -> float:
+    values = [r[key] for r in results if not math.isnan(r[key])]
+    return sum(values) / len(values) if values else math.nan
+
+
+def run_loop(trainer: Any, stop: Mapping[str, Any], loggers: list[Any], run_dir: pathlib.Path, every: int,
+             keep: int | None, quiet: bool, label: str = "training") -> list[tuple[list[dict[str, Any]], str]]:
+    """``train()`` until a stop criterion holds, with a live progress bar and checkpoints.
+
+    ``loggers``: one per trial (one for a run without trials). Each trial stops on its own, as
+    in Tune: the first iteration at which every seed of it meets a criterion is its last logged
+    one (``done: True``); the program runs until every trial has stopped. Returns each trial's
+    ``(last results per seed, reason)``."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    total = int(stop["timesteps_total"])
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("return {task.fields[ret]}"), TextColumn("{task.fields[sps]} steps/s"),
+               TimeRemainingColumn()]
+    outcome: list[tuple[list[dict[str, Any]], str] | None] = [None] * len(loggers)
+    with Progress(*columns, console=Console(stderr=True), disable=quiet) as progress:
+        task = progress.add_task(label, total=total, completed=min(trainer.timesteps_total, total),
+                                 ret="-", sps="-")
+        while True:
+            out = trainer.train()
+            per_trial = out if trainer.trials is not None else [out]
+            per_trial = [t if isinstance(t, list) else [t] for t in per_trial]
+            for t, results in enumerate(per_trial):
+                if outcome[t] is not None:
+                    continue  # stopped earlier: Tune would not report it again
+                met = should_stop(results, stop)
+                if met:
+                    for r in results:
+                        r["done"] = True
+                    outcome[t] = (results, met)
+                if loggers[t] is not None:
+                    loggers[t].write(results)
+            runs = [r for results in per_trial for r in results]
+            first = runs[0]
+            mean_return = mean_over(runs, "episode_reward_mean")
+            progress.update(task, completed=min(first["timesteps_total"], total),
+                            ret="-" if math.isnan(mean_return) else f"{mean_return:.1f}",
+                            sps=f"{first['num_env_steps_sampled_throughput_per_sec'] * len(runs):,.0f}")
+            if every and trainer.iteration % every == 0:
+                trainer.save(run_dir, keep=keep)
+            if all(o is not None for o in outcome):
+                return outcome
+
+
+def print_summary(results: list[dict[str, Any]], reason: str, path: str | None, *, quiet: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"stopped: {reason}")
+    # Short headers for RLlib's episode_reward_mean, episode_len_mean, episodes_total,
+    # timesteps_total, training_iteration, time_total_s: the table fits 80 columns.
+    for column in ("seed", "reward_mean", "len_mean", "episodes", "timesteps", "iteration", "time_s"):
+        table.add_column(column, justify="right")
+    for k, r in enumerate(results):
+        table.add_row(str(k), f"{r['episode_reward_mean']:.1f}", f"{r['episode_len_mean']:.1f}",
+                      str(r["episodes_total"]), str(r["timesteps_total"]), str(r["training_iteration"]),
+                      f"{r['time_total_s']:.1f}")
+    console = Console(quiet=quiet)
+    console.print(table)
+    print(f"checkpoint: {path}" if path else "no final checkpoint (checkpoint_at_end: false)")
