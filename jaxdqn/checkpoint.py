@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxdqn.parallel import is_key, key_impl, key_impl_name
+from jaxdqn.parallel import is_key, key_impl
 
 PREFIX = "checkpoint_"
 PATTERN = re.compile(rf"^{PREFIX}(\d+)$")
@@ -58,7 +58,7 @@ def _key_impls(tree: Any) -> dict[str, str]:
     """The PRNG implementation of every typed-key leaf, by leaf path (their data alone does not
     tell a threefry key from a Philox one: both are ``uint32[2]``)."""
     with_paths, _ = jax.tree_util.tree_flatten_with_path(tree)
-    return {jax.tree_util.keystr(path): key_impl_name(x) for path, x in with_paths if is_key(x)}
+    return {jax.tree_util.keystr(path): key_impl(x) for path, x in with_paths if is_key(x)}
 
 
 def _checkpointer() -> ocp.Checkpointer:
@@ -135,7 +135,7 @@ def restore(path: str | os.PathLike, template: Any) -> tuple[Any, dict[str, Any]
     for name, impl in _key_impls(template).items():
         if saved_prng.get(name, "threefry2x32") != impl:
             raise ValueError(f"checkpoint {str(path)!r} holds a {saved_prng.get(name, 'threefry2x32')} key at "
-                             f"{name}; this run draws from {impl} keys (see jaxdqn.plan.plan_key)")
+                             f"{name}; this run draws from {impl} keys (see jaxdqn._platform.plan_key)")
     abstract = _items([jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves])
     restored = _checkpointer().restore(path.absolute(), args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
     arrays = dict(restored.state)

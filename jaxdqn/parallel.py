@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 import jax
 import numpy as np
 
+from jaxdqn._platform import key_dtype
 from jaxdqn.config import DQNConfig
 
 if TYPE_CHECKING:
@@ -128,16 +129,16 @@ def is_key(x: Any) -> bool:
     return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
-def key_impl(x: Any) -> Any:
-    """The PRNG implementation of typed keys ``x`` (an array or ``ShapeDtypeStruct``), as
-    ``wrap_key_data(impl=...)`` takes it: an implementation defined outside jax (the plan's
-    Philox) has no name jax can look up, and jax has no public accessor for a key dtype's."""
-    return x.dtype._impl
+KEY_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg", "philox4x32")  # JAX's own PRNG implementations
 
 
-def key_impl_name(x: Any) -> str:
-    """The name of ``key_impl(x)`` (what a checkpoint records)."""
-    return key_impl(x).name
+def key_impl(x: Any) -> str:
+    """The name of the PRNG implementation of typed keys ``x`` (an array or ``ShapeDtypeStruct``),
+    as ``wrap_key_data(impl=...)`` takes it and a checkpoint records it."""
+    for name in KEY_IMPLS:
+        if key_dtype(name) == x.dtype:
+            return name
+    raise ValueError(f"keys of dtype {x.dtype} are not of one of JAX's implementations {list(KEY_IMPLS)}")
 
 
 def layout_keys(seed: int | Sequence[int], num_devices: int, num_seeds: int | None) -> jax.Array:
@@ -226,7 +227,8 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
     ``trials``: a sweep's configs, differing from each other only in ``sweep.TRACED_KEYS`` and
     ``seed`` (``config`` is one of them: its static parts build the program). They run as
     ``R = trials x seeds`` vmapped runs (``num_seeds`` None counts as 1), run ``r`` being seed
-    ``r % S`` of trial ``r // S``, each reading its trial's values from a ``[R]`` array."""
+    ``r % S`` of trial ``r // S``, each reading its trial's values (``Hyperparams`` beside the
+    static config) from a ``[R]`` array."""
     from jaxdqn import atari, sweep
 
     num_trials = 1 if trials is None else len(trials)
@@ -242,49 +244,61 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
         plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, axis_name=AXIS, num_replicas=D)
     else:
         plan = make_plan(config, before_learn_on_batch=before_learn_on_batch)
-    local = _local_devices(layout)
-    # Row i of a leaf on local device i: the sharding that pmap's own outputs have.
-    sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(local), (AXIS,)),
-                                          jax.sharding.PartitionSpec(AXIS))
-    first = layout.process_index * layout.num_local_devices  # this process's rows of the global state
-
-    seeds = config.seed if trials is None else [t.seed for t in trials]
-    keys = lambda: layout_keys(seeds, D, S)  # noqa: E731
-    template = lambda: global_template(config, D, S, plan)  # noqa: E731
-    stacked = (lambda f: jax.vmap(f)) if S is not None else (lambda f: f)
     if values:  # a sweep: the plan of each run's trial, built from its traced values
         def traced(v: dict[str, Any]) -> "Plan":
             return make_plan(config, before_learn_on_batch=before_learn_on_batch, hyper=sweep.hyperparams(config, v))
 
         init_one = lambda key, v: traced(v).init(key)  # noqa: E731
         chunk_one = lambda state, v: traced(v).chunk(state)  # noqa: E731
-        rows = lambda x: x if D == 1 else x.reshape((D, S // D))  # noqa: E731
-        host_values = {k: rows(v) for k, v in run_values.items()}
     else:
         init_one = lambda key, v: plan.init(key)  # noqa: E731
         chunk_one = lambda state, v: plan.chunk(state)  # noqa: E731
-        host_values = {}
+    host = HostSide.of(layout)
+    rows = lambda x: x if D == 1 else x.reshape((D, S // D))  # noqa: E731
+    host_values = {k: rows(v) for k, v in run_values.items()}
+    stacked = (lambda f: jax.vmap(f)) if S is not None else (lambda f: f)
     if D == 1:
-        init_fn = jax.jit(stacked(init_one))
-        chunk_fn = jax.jit(stacked(chunk_one), donate_argnums=0)
-        device_values = jax.device_put(host_values)
-        init = lambda: init_fn(keys(), device_values)  # noqa: E731
+        init_fn, chunk_fn = jax.jit(stacked(init_one)), jax.jit(stacked(chunk_one), donate_argnums=0)
     else:
         # One process: the first D devices. Several: pmap's default, every device of every process
         # (``devices=`` would confine the axis, and its collectives, to this process's devices).
-        pmap = dict(axis_name=AXIS, devices=local if layout.num_processes == 1 else None)
+        pmap = dict(axis_name=AXIS, devices=host.devices if layout.num_processes == 1 else None)
         init_fn = jax.pmap(stacked(init_one), **pmap)
         chunk_fn = jax.pmap(stacked(chunk_one), donate_argnums=0, **pmap)
-        mine = lambda x: x[first:first + layout.num_local_devices]  # noqa: E731
-        device_values = jax.device_put(jax.tree_util.tree_map(mine, host_values), sharding)
-        init = lambda: init_fn(mine(keys()), device_values)  # noqa: E731
+    device_values = host.to_device(host_values)
+    seeds = config.seed if trials is None else [t.seed for t in trials]
+    return Runner(layout=layout, plan=plan, init=lambda: init_fn(host.mine(layout_keys(seeds, D, S)), device_values),
+                  chunk=lambda state: chunk_fn(state, device_values),
+                  template=lambda: global_template(config, D, S, plan), report_to_host=host.report_to_host,
+                  to_host=host.to_host, to_device=host.to_device, unreplicate=host.unreplicate,
+                  replicate=host.replicate, trial_values=run_values)
 
-    def chunk(state: Any) -> tuple[Any, dict[str, Any]]:
-        return chunk_fn(state, device_values)
 
-    def gather(tree: Any) -> Any:
+class HostSide(NamedTuple):
+    """How this process's arrays of a layout move between the host and its devices."""
+
+    layout: Layout
+    devices: list[Any]  # this process's devices of the layout
+    sharding: Any  # row i of a leaf on local device i: the sharding that pmap's own outputs have
+    first: int  # this process's first row of the global state
+
+    @classmethod
+    def of(cls, layout: Layout) -> "HostSide":
+        local = _local_devices(layout)
+        sharding = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array(local), (AXIS,)),
+                                              jax.sharding.PartitionSpec(AXIS))
+        return cls(layout=layout, devices=local, sharding=sharding,
+                   first=layout.process_index * layout.num_local_devices)
+
+    def mine(self, tree: Any) -> Any:
+        """This process's rows of a global tree (all of it on one device)."""
+        if self.layout.num_devices == 1:
+            return tree
+        return jax.tree_util.tree_map(lambda x: x[self.first:self.first + self.layout.num_local_devices], tree)
+
+    def gather(self, tree: Any) -> Any:
         """This process's rows -> all rows, as host arrays (typed keys kept)."""
-        if layout.num_processes == 1:
+        if self.layout.num_processes == 1:
             return tree
         from jax.experimental import multihost_utils
 
@@ -293,28 +307,31 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
         rewrap = lambda t, x: jax.random.wrap_key_data(x, impl=key_impl(t)) if is_key(t) else x  # noqa: E731
         return jax.tree_util.tree_map(rewrap, tree, full)
 
-    def report_to_host(report: dict[str, Any]) -> dict[str, Any]:
+    def report_to_host(self, report: dict[str, Any]) -> dict[str, Any]:
+        """Scalars (one run) or arrays ``[S]`` (seeds), the same over all processes."""
+        D, S = self.layout.num_devices, self.layout.num_seeds
         if D == 1:
             return jax.device_get(report)
         if S is None:  # identical on every device: the first one's
             return jax.device_get(jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], report))
-        return {k: np.asarray(v).reshape(S) for k, v in jax.device_get(gather(report)).items()}
+        return {k: np.asarray(v).reshape(S) for k, v in jax.device_get(self.gather(report)).items()}
 
-    def to_host(state: Any) -> Any:
-        return gather(state) if D > 1 else state
+    def to_host(self, state: Any) -> Any:
+        return self.gather(state) if self.layout.num_devices > 1 else state
 
-    def to_device(state: Any) -> Any:
-        if D == 1:
+    def to_device(self, state: Any) -> Any:
+        if self.layout.num_devices == 1:
             return jax.device_put(state)
-        rows = jax.tree_util.tree_map(lambda x: x[first:first + layout.num_local_devices], state)
-        return jax.device_put(rows, sharding)
+        return jax.device_put(self.mine(state), self.sharding)
 
-    def unreplicate(tree: Any) -> Any:
+    def unreplicate(self, tree: Any) -> Any:
         # One run: this process's first copy (they are all equal); seeds: all of them.
-        return unreplicate_global(tree if S is None else to_host(tree), D, S)
+        S = self.layout.num_seeds
+        return unreplicate_global(tree if S is None else self.to_host(tree), self.layout.num_devices, S)
 
-    def replicate(tree: Any) -> Any:
+    def replicate(self, tree: Any) -> Any:
         """One copy per run -> the global tree of this layout (``to_device`` places it)."""
+        D, S = self.layout.num_devices, self.layout.num_seeds
         if D == 1:
             return tree
         if S is None:
@@ -322,10 +339,6 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
                                           if not is_key(x) else jax.numpy.stack([x] * D), tree)
         return jax.tree_util.tree_map(lambda x: x.reshape((D, S // D) + x.shape[1:]), tree)
 
-    return Runner(layout=layout, plan=plan, init=init, chunk=chunk, template=template,
-                  report_to_host=report_to_host, to_host=to_host, to_device=to_device, unreplicate=unreplicate,
-                  replicate=replicate, trial_values=run_values)
 
-
-__all__ = ["AXIS", "Layout", "Runner", "global_template", "is_key", "key_impl", "key_impl_name", "layout_keys",
+__all__ = ["AXIS", "Layout", "Runner", "global_template", "is_key", "key_impl", "layout_keys",
            "make_layout", "make_runner", "resolve_num_devices", "unreplicate_global"]

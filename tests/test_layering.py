@@ -118,3 +118,15 @@ def test_importing_the_core_does_not_load_the_shell():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert jaxdqn.Trainer.__module__ == "jaxdqn.trainer"
+
+
+def test_modules_and_functions_stay_readable():
+    """No module of the package over 450 lines, no function over 100: a subject per module, a
+    step per function."""
+    for name, path in MODULES.items():
+        source = path.read_text()
+        assert len(source.splitlines()) <= 450, f"{name} has {len(source.splitlines())} lines"
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                assert length <= 100, f"{name}.{node.name} has {length} lines"
