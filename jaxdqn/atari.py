@@ -102,9 +102,10 @@ class AtariEnv:
         self.obs_shape = (height, width, stack)
         self.num_actions = int(self.vector.single_action_space.n)
 
-    def reset_all(self, key: Array) -> tuple[Array, AtariState]:
-        """Fresh episodes in every game (seeded from ``key``): ``(obs [E, H, W, S] uint8, state)``."""
-        seeds = jax.random.randint(key, (self.num_envs,), 0, 2**31 - 1, jnp.int32)
+    def reset_all(self, keys: Array) -> tuple[Array, AtariState]:
+        """Fresh episodes in every game, each seeded from its key ``[E]``: ``(obs [E, H, W, S]
+        uint8, state)``."""
+        seeds = (jax.random.key_data(keys)[:, 0] >> 1).astype(jnp.int32)  # 31 random bits of each key
         handle, (obs, info) = self._reset(self.handle, seed=seeds)
         return channels_last(obs), AtariState(handle=handle, done=jnp.zeros((self.num_envs,), bool),
                                               frame=info["episode_frame_number"].astype(jnp.int32))

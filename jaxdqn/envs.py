@@ -1,8 +1,8 @@
 """gymnax environments: a factory by name (or a user's gymnax-API env) and batched steps that
 keep gymnax 1.0's ``terminated`` / ``truncated`` apart.
 
-``make_env("CartPole-v1")`` returns an ``EnvSpec``; ``reset(spec, key, num_envs)`` and
-``step(spec, key, state, action)`` run ``E`` environments with ``vmap``. A step returns the
+``make_env("CartPole-v1")`` returns an ``EnvSpec``; ``reset(spec, keys)`` and
+``step(spec, keys, state, action)`` run ``E`` environments with ``vmap``, one key each. A step returns the
 observation to act on next (after the automatic reset) and, separately, the true next
 observation of the step (gymnax's ``info["final_observation"]``), which is what a transition
 stores: a truncated episode bootstraps from it.
@@ -201,22 +201,21 @@ def is_batched(spec: EnvSpec) -> bool:
     return getattr(spec.env, "batched", False)
 
 
-def reset(spec: EnvSpec, key: Array, num_envs: int) -> tuple[Array, Any]:
-    """``num_envs`` fresh episodes: ``(obs [E, *obs], env_state)``."""
+def reset(spec: EnvSpec, keys: Array) -> tuple[Array, Any]:
+    """Fresh episodes, one per key ``[E]``: ``(obs [E, *obs], env_state)``."""
     if is_batched(spec):
-        if num_envs != spec.env.num_envs:
-            raise ValueError(f"this {spec.env.name} env holds {spec.env.num_envs} games, not {num_envs}")
-        return spec.env.reset_all(key)
-    keys = jax.random.split(key, num_envs)
+        if keys.shape[0] != spec.env.num_envs:
+            raise ValueError(f"this {spec.env.name} env holds {spec.env.num_envs} games, not {keys.shape[0]}")
+        return spec.env.reset_all(keys)
     obs, env_state = jax.vmap(spec.env.reset, in_axes=(0, None))(keys, spec.params)
     return stored(spec, obs), env_state
 
 
-def step(spec: EnvSpec, key: Array, env_state: Any, action: Array) -> tuple[EnvStep, Any]:
-    """Step every environment once with ``action`` ``[E]`` (ended episodes reset themselves)."""
+def step(spec: EnvSpec, keys: Array, env_state: Any, action: Array) -> tuple[EnvStep, Any]:
+    """Step every environment once with ``action`` ``[E]`` and its key ``[E]`` (ended episodes
+    reset themselves)."""
     if is_batched(spec):
         return spec.env.step_all(env_state, action)
-    keys = jax.random.split(key, action.shape[0])
     obs, env_state, reward, terminated, truncated, info = jax.vmap(
         spec.env.step, in_axes=(0, 0, 0, None)
     )(keys, env_state, action, spec.params)
@@ -236,5 +235,4 @@ def step(spec: EnvSpec, key: Array, env_state: Any, action: Array) -> tuple[EnvS
 
 def functions(spec: EnvSpec) -> Env:
     """``spec``'s ``reset`` / ``step`` as the ``Env`` that rollouts and evaluations step."""
-    return Env(reset=lambda key, num_envs: reset(spec, key, num_envs),
-               step=lambda key, env_state, action: step(spec, key, env_state, action))
+    return Env(reset=lambda keys: reset(spec, keys), step=lambda keys, env_state, action: step(spec, keys, env_state, action))

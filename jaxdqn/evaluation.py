@@ -45,8 +45,8 @@ def make_evaluate(env: Env, act: EvalAct, num_episodes: int, max_steps: int, mem
     memory every episode starts from (a recurrent network's initial state; ``()`` for none)."""
 
     def evaluate(params: Any, key: Array, eps: Array | float = 0.0) -> Evaluation:
-        reset_key, key = jax.random.split(key)
-        obs, env_state = env.reset(reset_key, num_episodes)
+        key, *reset_keys = jax.random.split(key, 1 + num_episodes)
+        obs, env_state = env.reset(jnp.stack(reset_keys))
         zeros = jnp.zeros((num_episodes,))
         carry = (obs, env_state, memory, key, zeros.astype(jnp.float32), zeros.astype(jnp.int32),
                  jnp.ones((num_episodes,), bool), jnp.int32(0))
@@ -57,9 +57,10 @@ def make_evaluate(env: Env, act: EvalAct, num_episodes: int, max_steps: int, mem
 
         def body(carry):
             obs, env_state, memory, key, ret, length, alive, t = carry
-            key, act_key, env_key = jax.random.split(key, 3)
-            actions, memory = act(params, obs, eps, act_key, memory)
-            out, env_state = env.step(env_key, env_state, actions)
+            keys = jax.random.split(key, 2 + num_episodes)  # next, acting, one per env
+            actions, memory = act(params, obs, eps, keys[1], memory)
+            out, env_state = env.step(keys[2:], env_state, actions)
+            key = keys[0]
             reward = functools.reduce(operator.add, jax.tree_util.tree_leaves(out.reward))
             ret = ret + jnp.where(alive, reward, 0.0)
             length = length + alive.astype(jnp.int32)

@@ -57,12 +57,17 @@ def epsilon(schedule: ExplorationConfig | Hyperparams, t: Array) -> Array:
 
 
 def epsilon_greedy(key: Array, q: Array, eps: Array) -> Array:
-    """Actions ``[B]`` int32 from ``q`` ``[B, A]``: uniform with probability ``eps``, else greedy."""
-    explore_key, action_key = jax.random.split(key)
+    """Actions ``[B]`` int32 from ``q`` ``[B, A]``: uniform with probability ``eps``, else greedy.
+
+    One draw of two words per row (one generator call, where a split and two draws were three;
+    on XLA:CPU each threefry call is a loop of its own): ``u`` from the first word's high 24
+    bits (``[0, 1)``, exact in float32) decides, the second word modulo ``A`` is the random
+    action (bias below ``A / 2**32``)."""
     batch, num_actions = q.shape
-    random_actions = jax.random.randint(action_key, (batch,), 0, num_actions, dtype=jnp.int32)
-    explore = jax.random.uniform(explore_key, (batch,)) < eps
-    return jnp.where(explore, random_actions, greedy(q))
+    bits = jax.random.bits(key, (2, batch), jnp.uint32)
+    u = (bits[0] >> 8).astype(jnp.float32) * jnp.float32(2.0**-24)
+    random_actions = (bits[1] % jnp.uint32(num_actions)).astype(jnp.int32)
+    return jnp.where(u < eps, random_actions, greedy(q))
 
 
 def greedy(q: Array) -> Array:

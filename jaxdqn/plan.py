@@ -141,8 +141,8 @@ def params_of(state: TrainState) -> dict[str, Any]:
     return {pid: ls.params for pid, ls in state.learner.items()}
 
 
-def make_ops(config: DQNConfig, hyper: Hyperparams, worker: worker_.Worker, schedule: Schedule, batch_size: int,
-             hook: BatchHook | None) -> tuple[Callable, Callable, Callable, Callable]:
+def make_ops(config: DQNConfig, hyper: Hyperparams, worker: worker_.Worker, schedule: Schedule, num_envs: int,
+             batch_size: int, hook: BatchHook | None) -> tuple[Callable, Callable, Callable, Callable]:
     """``(epsilon, sample, store, replay)``: the plan's two ops (see the module docstring), the
     store side split into sampling a fragment and storing its items."""
     replayed = tuple(b for b in worker.buffers if any(worker.policies[p].buffer_id == b for p in worker.trained))
@@ -153,10 +153,9 @@ def make_ops(config: DQNConfig, hyper: Hyperparams, worker: worker_.Worker, sche
         return exploration.behaviour_epsilon(hyper, state.metrics.num_steps_sampled, explore=config.explore)
 
     def sample(state: TrainState) -> tuple[TrainState, Items]:
-        key, step_key = jax.random.split(state.key)
+        key, keys = rollout.step_keys(state.key, config.rollout_fragment_length, num_envs)
         act = worker.behaviour(params_of(state), epsilon(state))
-        actor, window, episodes = rollout.fragment(worker.env, act, state.actor, step_key,
-                                                   length=config.rollout_fragment_length, view=worker.view)
+        actor, window, episodes = rollout.fragment(worker.env, act, state.actor, keys, view=worker.view)
         m = metrics.record_episodes(state.metrics, episodes, worker.policy_episodes(episodes))
         m = m._replace(num_steps_sampled=m.num_steps_sampled + schedule.steps_per_store)
         return state._replace(actor=actor, metrics=m, key=key), worker.items(window)
@@ -214,7 +213,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
                              replayed_steps=config.train_batch_size * config.sequence_length,
                              training_intensity=config.training_intensity, learning_starts=config.learning_starts,
                              timesteps_per_iteration=config.timesteps_per_iteration)
-    epsilon, sample, store, replay = make_ops(config, hyper, worker, schedule, batch_size, before_learn_on_batch)
+    epsilon, sample, store, replay = make_ops(config, hyper, worker, schedule, num_envs, batch_size,
+                                              before_learn_on_batch)
     learn, iteration, run_chunk = make_loops(schedule, sample, store, replay)
     primed = worker.pending if worker.primed else 0
     ring = metrics.ring_size(config.metrics_smoothing_episodes, schedule.steps_per_chunk + schedule.warmup_stores
@@ -239,7 +239,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
             lambda s: jnp.zeros(s.shape[1:], s.dtype), stored)) for b, (stored, _) in items.items()})
         if primed:  # fill the n-step look-ahead
             act = worker.behaviour(params_of(state), epsilon(state))
-            actor, episodes = rollout.prime(worker.env, act, actor, prime_key, worker.view)
+            actor, episodes = rollout.prime(worker.env, act, actor, rollout.step_keys(prime_key, primed, num_envs)[1],
+                                            worker.view)
             m = metrics.record_episodes(state.metrics, episodes, worker.policy_episodes(episodes))
             state = state._replace(actor=actor, metrics=m._replace(num_steps_sampled=jnp.int32(primed * config.num_envs)))
         return repeat(lambda s: store(*sample(s)), state, schedule.warmup_stores)

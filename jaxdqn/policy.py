@@ -71,10 +71,11 @@ def q_values(policy: Policy, params: Any, obs: Array, key: Array | None, memory:
 
 def act(policy: Policy, params: Any, obs: Array, eps: Array, key: Array, memory: Any = None, *,
         noise: bool = True) -> Any:
-    """Behaviour actions ``[B]``: epsilon-greedy at ``eps`` on Q-values, with fresh noise unless
-    ``noise`` is False (``explore=False``); a recurrent policy also returns its next state."""
-    noise_key, act_key = jax.random.split(key)
-    q, state = q_values(policy, params, obs, noise_key if noise else None, memory)
+    """Behaviour actions ``[B]``: epsilon-greedy at ``eps`` on Q-values, with fresh noise (noisy
+    layers) unless ``noise`` is False (``explore=False``); a recurrent policy also returns its
+    next state."""
+    noise_key, act_key = jax.random.split(key) if noise and policy.network.head.noisy else (None, key)
+    q, state = q_values(policy, params, obs, noise_key, memory)
     actions = exploration.epsilon_greedy(act_key, q, eps)
     return actions if memory is None else (actions, state)
 

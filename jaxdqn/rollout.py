@@ -115,19 +115,27 @@ def make_view(*, clip_rewards: Any = None, no_done_at_end: bool = False) -> View
     return view
 
 
-def run_steps(env: Env, act: Act, actor: ActorState, key: Array, num_steps: int,
-              view: View | None = None) -> tuple[ActorState, RawStep, Episodes]:
-    """Step every environment ``num_steps`` times with ``act``; raw steps ``[T, E]`` as the
-    learner sees them (``view``), episodes as the env scored them."""
+def step_keys(key: Array, num_steps: int, num_envs: int) -> tuple[Array, Array]:
+    """``(next key, keys [T, 1 + E])``: for each of ``num_steps`` steps an acting key and one key
+    per env, in one draw (each generator call is a loop of its own on XLA:CPU)."""
+    keys = jax.random.split(key, 1 + num_steps * (1 + num_envs))
+    return keys[0], keys[1:].reshape(num_steps, 1 + num_envs)
+
+
+def run_steps(env: Env, act: Act, actor: ActorState, keys: Array, view: View | None = None
+              ) -> tuple[ActorState, RawStep, Episodes]:
+    """Step every environment once per row of ``keys`` ``[T, 1 + E]`` (``step_keys``) with
+    ``act``; raw steps ``[T, E]`` as the learner sees them (``view``), episodes as the env scored
+    them."""
     recurrent = isinstance(actor.memory, Memory)
 
-    def body(actor: ActorState, key: Array):
-        act_key, env_key = jax.random.split(key)
+    def body(actor: ActorState, keys: Array):
+        act_key, env_keys = keys[0], keys[1:]
         if recurrent:
             action, state = act(actor.obs, act_key, actor.memory)
         else:
             action = act(actor.obs, act_key)
-        out, env_state = env.step(env_key, actor.env_state, action)
+        out, env_state = env.step(env_keys, actor.env_state, action)
         done = episode_ended(out)
         returns = tree_map(operator.add, actor.episode_return, out.reward)
         counted = 1 if out.valid is None else functools.reduce(operator.or_, jax.tree_util.tree_leaves(out.valid))
@@ -144,11 +152,11 @@ def run_steps(env: Env, act: Act, actor: ActorState, key: Array, num_steps: int,
                                memory=Memory(state=state, first=done) if recurrent else actor.memory)
         return actor, (raw, episodes)
 
-    if num_steps == 1:  # no one-trip loop: a while loop with its carry copies on every outer trip
-        actor, out = body(actor, key)
+    if keys.shape[0] == 1:  # no one-trip loop: a while loop with its carry copies on every outer trip
+        actor, out = body(actor, keys[0])
         raw, episodes = tree_map(lambda x: x[None], out)
     else:
-        actor, (raw, episodes) = lax.scan(body, actor, jax.random.split(key, num_steps))
+        actor, (raw, episodes) = lax.scan(body, actor, keys)
     return actor, raw, episodes
 
 
@@ -159,7 +167,7 @@ def init(env: Env, key: Array, num_envs: int, pending: int, *, recurrent_state: 
     ``recurrent_state`` (leaves ``[E, ...]``, the network's initial state) makes a recurrent
     actor: its memory starts there, every env at an episode's first observation; the pending
     steps' memories have ``first`` False, so the slicer masks them."""
-    obs, env_state = env.reset(key, num_envs)
+    obs, env_state = env.reset(jax.random.split(key, num_envs))
     memory: Any = ()
     if recurrent_state is not None:
         memory = Memory(state=recurrent_state, first=jnp.ones((num_envs,), bool))
@@ -174,10 +182,9 @@ def init(env: Env, key: Array, num_envs: int, pending: int, *, recurrent_state: 
                       episode_length=jnp.zeros((num_envs,), jnp.int32), pending=steps, memory=memory)
 
 
-def prime(env: Env, act: Act, actor: ActorState, key: Array, view: View | None = None) -> tuple[ActorState, Episodes]:
-    """Take the first ``P`` steps into ``pending`` (no items yet)."""
-    steps = jax.tree_util.tree_leaves(actor.pending.reward)[0].shape[0]  # a zero-length scan when P == 0
-    actor, raw, episodes = run_steps(env, act, actor, key, steps, view)
+def prime(env: Env, act: Act, actor: ActorState, keys: Array, view: View | None = None) -> tuple[ActorState, Episodes]:
+    """Take the first ``P`` steps into ``pending`` (no items yet), ``keys`` ``[P, 1 + E]``."""
+    actor, raw, episodes = run_steps(env, act, actor, keys, view)
     return actor._replace(pending=raw), episodes
 
 
@@ -189,10 +196,11 @@ def extend_window(pending: RawStep, raw: RawStep) -> tuple[RawStep, RawStep]:
     return window, tree_map(lambda w: w[length:], window)
 
 
-def fragment(env: Env, act: Act, actor: ActorState, key: Array, *, length: int, view: View | None = None
+def fragment(env: Env, act: Act, actor: ActorState, keys: Array, view: View | None = None
              ) -> tuple[ActorState, RawStep, Episodes]:
-    """Run ``length`` steps per env: ``(actor, window [P + length, E], episodes [length, E])``."""
-    actor, raw, episodes = run_steps(env, act, actor, key, length, view)
+    """Run one step per env and row of ``keys`` ``[F, 1 + E]``: ``(actor, window [P + F, E],
+    episodes [F, E])``."""
+    actor, raw, episodes = run_steps(env, act, actor, keys, view)
     window, pending = extend_window(actor.pending, raw)
     return actor._replace(pending=pending), window, episodes
 

@@ -146,8 +146,9 @@ def episode_ended(step: EnvStep) -> Array:
 
 class Env(NamedTuple):
     """``E`` environments stepped side by side, as pure functions (gymnax envs vmapped, an ALE
-    batch, a multi-agent env's copies): ``reset(key, num_envs) -> (obs [E, ...], env_state)`` and
-    ``step(key, env_state, action [E]) -> (EnvStep, env_state)``, ended episodes reset."""
+    batch, a multi-agent env's copies), one key each: ``reset(keys [E]) -> (obs [E, ...],
+    env_state)`` and ``step(keys [E], env_state, action [E]) -> (EnvStep, env_state)``, ended
+    episodes reset."""
 
     reset: Any
     step: Any

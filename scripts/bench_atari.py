@@ -43,13 +43,13 @@ def ale_only(num_envs: int, steps: int, iterations: int) -> float:
 
     def run(state, key):
         def body(state, key):
-            out, state = envs.step(spec, key, state, jax.random.randint(key, (num_envs,), 0, spec.num_actions))
+            out, state = envs.step(spec, None, state, jax.random.randint(key, (num_envs,), 0, spec.num_actions))
             return state, out.reward
 
         return jax.lax.scan(body, state, jax.random.split(key, steps))
 
     run = jax.jit(run)
-    _, state = envs.reset(spec, jax.random.key(0), num_envs)
+    _, state = envs.reset(spec, jax.random.split(jax.random.key(0), num_envs))
     state, _ = jax.block_until_ready(run(state, jax.random.key(1)))
     times = []
     for i in range(iterations):

@@ -56,9 +56,9 @@ def make_floor(config: DQNConfig) -> Callable[[jax.Array], Any]:
     batch_size = config.train_batch_size
 
     def act(params, obs, env_state, key):
-        key, step_key = jax.random.split(key)
+        key, step_key = jax.random.split(key)  # one draw, as the plan's
         action = jnp.argmax(network.apply(params, obs).q, axis=-1)
-        out, env_state = envs.step(spec, step_key, env_state, action)
+        out, env_state = envs.step(spec, step_key[None], env_state, action)
         return out.obs, env_state, key
 
     def sgd(params, opt_state, batch):
@@ -74,7 +74,7 @@ def make_floor(config: DQNConfig) -> Callable[[jax.Array], Any]:
 
     def run(key):
         reset_key, init_key, batch_key, key = jax.random.split(plan_key(key, config.prng_impl), 4)
-        obs, env_state = envs.reset(spec, reset_key, 1)
+        obs, env_state = envs.reset(spec, reset_key[None])
         params = network.init({"params": init_key, "noise": init_key}, obs)
         opt_state = optimizer.init(params)
         k1, k2, k3 = jax.random.split(batch_key, 3)

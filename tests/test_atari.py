@@ -36,11 +36,11 @@ def test_the_step_after_an_episode_end_is_marked_as_no_transition():
     next episode (reward 0, not done); ``valid`` is False exactly there."""
     spec = envs.make_env("PongNoFrameskip-v4", {"img_height": 42, "img_width": 42}, num_envs=2)
     assert spec.obs_shape == (42, 42, 4) and spec.num_actions == 6
-    obs, state = envs.reset(spec, jax.random.key(0), 2)
+    obs, state = envs.reset(spec, jax.random.split(jax.random.key(0), 2))
     assert obs.shape == (2, 42, 42, 4) and obs.dtype == jnp.uint8
 
     def body(state, key):
-        out, state = envs.step(spec, key, state, jax.random.randint(key, (2,), 0, 6))
+        out, state = envs.step(spec, jax.random.split(key, 2), state, jax.random.randint(key, (2,), 0, 6))
         return state, (out.reward, out.terminated | out.truncated, out.valid)
 
     _, (reward, done, valid) = jax.lax.scan(body, state, jax.random.split(jax.random.key(1), 1500))
@@ -60,10 +60,10 @@ def test_episodic_life_terminates_at_each_lost_life_and_scores_whole_games(episo
     the ALE's reset step, is the whole game: 5 terminations per game; without it, 1."""
     spec = envs.make_env("BreakoutNoFrameskip-v4", {"img_height": 42, "img_width": 42, "episodic_life": episodic_life},
                          num_envs=2)
-    _, state = envs.reset(spec, jax.random.key(0), 2)
+    _, state = envs.reset(spec, jax.random.split(jax.random.key(0), 2))
 
     def body(state, key):
-        out, state = envs.step(spec, key, state, jax.random.randint(key, (2,), 0, 4))
+        out, state = envs.step(spec, jax.random.split(key, 2), state, jax.random.randint(key, (2,), 0, 4))
         return state, (out.terminated | out.truncated, out.valid, out.episode_end, out.reward)
 
     _, (done, valid, end, reward) = jax.lax.scan(body, state, jax.random.split(jax.random.key(1), 1500))
@@ -135,7 +135,7 @@ def test_rllib_atari_duel_ddqn_yaml_is_one_program_per_game_and_its_replay_is_si
     84x84 frame once (about 7 GB, not the 56 GB of two 84x84x4 stacks per transition), and is
     checked against memory before anything is allocated or compiled; the test fixes the memory
     so that the outcome does not depend on the machine."""
-    from jaxdqn import sweep, trainer
+    from jaxdqn import resources, sweep
     from jaxdqn.buffers import frames
 
     doc = documents.read_yaml(str(DATA / "atari-duel-ddqn.yaml"))
@@ -158,7 +158,7 @@ def test_rllib_atari_duel_ddqn_yaml_is_one_program_per_game_and_its_replay_is_si
     replay = rows * (84 * 84 + 4) + 1_000_000 * 6 * 4  # and six 4-byte leaves per transition
     assert replay < 56e9 / 7.5
     limit = 4 * 2**30
-    monkeypatch.setattr(trainer, "available_memory", lambda device: (limit, "test memory"))
+    monkeypatch.setattr(resources, "available_memory", lambda device: (limit, "test memory"))
     assert cli.main(["train", "--config", str(DATA / "atari-duel-ddqn.yaml"), "--out", str(tmp_path), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "buffer_size=1000000 (RLlib's replay_buffer_config.capacity) does not fit" in err

@@ -25,16 +25,16 @@ def test_continuous_actions_and_unknown_params_are_refused():
 def test_shapes(name, shape, actions):
     spec = envs.make_env(name)
     assert spec.obs_shape == shape and spec.num_actions == actions
-    obs, _ = envs.reset(spec, jax.random.key(0), 3)
+    obs, _ = envs.reset(spec, jax.random.split(jax.random.key(0), 3))
     assert obs.shape == (3,) + shape
 
 
 def run(spec, steps, num_envs=2, action=0):
-    obs, state = envs.reset(spec, jax.random.key(0), num_envs)
+    obs, state = envs.reset(spec, jax.random.split(jax.random.key(0), num_envs))
 
     def body(carry, key):
         obs, state = carry
-        out, state = envs.step(spec, key, state, jnp.full((num_envs,), action, jnp.int32))
+        out, state = envs.step(spec, jax.random.split(key, num_envs), state, jnp.full((num_envs,), action, jnp.int32))
         return (out.obs, state), (obs, out)
 
     _, (acted_on, outs) = jax.lax.scan(body, (obs, state), jax.random.split(jax.random.key(1), steps))
@@ -160,11 +160,11 @@ def test_minatar_observations_are_stored_as_uint8_with_the_same_values():
 
     spec = envs.make_env("Breakout-MinAtar")
     env, params = gymnax.make("Breakout-MinAtar")
-    obs, state = envs.reset(spec, jax.random.key(0), 2)
+    obs, state = envs.reset(spec, jax.random.split(jax.random.key(0), 2))
     want, _ = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(jax.random.key(0), 2), params)
     assert obs.dtype == jnp.uint8 and want.dtype == jnp.float32
     np.testing.assert_array_equal(np.asarray(obs, np.float32), np.asarray(want))
-    out, _ = envs.step(spec, jax.random.key(1), state, jnp.array([1, 2]))
+    out, _ = envs.step(spec, jax.random.split(jax.random.key(1), 2), state, jnp.array([1, 2]))
     assert out.obs.dtype == out.next_obs.dtype == jnp.uint8
     assert envs.make_env("CartPole-v1").obs_dtype is None
 

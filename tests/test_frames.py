@@ -190,7 +190,8 @@ def test_real_ale_stacks_are_rebuilt_exactly(game, n):
     def policy(obs, key):
         return jax.random.randint(key, (obs.shape[0],), 0, spec.num_actions)
 
-    steps = jax.jit(lambda actor, key, k: rollout.run_steps(env, policy, actor, key, k), static_argnums=2)
+    steps = jax.jit(lambda actor, key, k: rollout.run_steps(env, policy, actor, rollout.step_keys(key, k, num_envs)[1]),
+                    static_argnums=2)
     actor, raw, _ = steps(actor, jax.random.key(1), n - 1) if n > 1 else (actor, actor.pending, None)
     actor = actor._replace(pending=raw)
     plain, framed = buffers.uniform(capacity), buffers.frame_replay(

@@ -63,8 +63,8 @@ def tagged_config(**overrides):
 
 def test_the_joint_episode_ends_for_every_agent_at_the_first_end():
     spec = multi_agent_envs.make_multi_agent_env("MultiCartPole-v1", {"num_agents": 3, "done_when": "any"})
-    obs, state = multi_agent_envs.reset(spec, jax.random.key(0), 16)
-    step = jax.jit(lambda k, s, a: multi_agent_envs.step(spec, k, s, a))
+    obs, state = multi_agent_envs.reset(spec, jax.random.split(jax.random.key(0), 16))
+    step = jax.jit(lambda k, s, a: multi_agent_envs.step(spec, jax.random.split(k, 16), s, a))
     ended = 0
     for t in range(60):
         actions = {a: jax.random.randint(jax.random.fold_in(jax.random.key(t), i), (16,), 0, 2)
@@ -88,8 +88,8 @@ def test_by_default_the_joint_episode_ends_when_every_agent_has_ended():
     while the others go on; the joint episode ends (and all reset) when no pole is up."""
     spec = multi_agent_envs.make_multi_agent_env("MultiCartPole-v1", {"num_agents": 3})
     assert spec.done_when == "all"
-    obs, state = multi_agent_envs.reset(spec, jax.random.key(0), 16)
-    step = jax.jit(lambda k, s, a: multi_agent_envs.step(spec, k, s, a))
+    obs, state = multi_agent_envs.reset(spec, jax.random.split(jax.random.key(0), 16))
+    step = jax.jit(lambda k, s, a: multi_agent_envs.step(spec, jax.random.split(k, 16), s, a))
     playing = {a: np.ones(16, bool) for a in spec.agents}
     ended = staggered = 0
     for t in range(150):
@@ -251,7 +251,7 @@ def test_mappings_the_env_does_not_fit_are_refused_before_compiling():
 def test_trainer_reports_rllib_multiagent_results_and_round_trips(tmp_path):
     config = DQNConfig(env="MultiCartPole-v1", env_params={"num_agents": 2}, num_envs_per_worker=2,
                        multiagent=dict(policies=["p0", "p1"], policy_mapping_fn=lambda a: "p" + a[-1]),
-                       train_batch_size=8, buffer_size=400, learning_starts=40, timesteps_per_iteration=40,
+                       train_batch_size=8, buffer_size=400, learning_starts=40, timesteps_per_iteration=200,
                        hiddens=(8,), model=dict(fcnet_hiddens=(8,)), evaluation_num_episodes=2)
     trainer = Trainer(config)
     assert trainer.config.multiagent.policy_mapping_fn == (("agent_0", "p0"), ("agent_1", "p1"))  # resolved

@@ -160,15 +160,16 @@ def test_greedy_evaluation_matches_a_python_rollout():
 
     env, env_params = gymnax.make("CartPole-v1")
     env_params = env_params.replace(max_steps_in_episode=60)
-    reset_key, key = jax.random.split(jax.random.key(4))
-    obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, 3), env_params)
+    key, *reset_keys = jax.random.split(jax.random.key(4), 4)  # the next key, one per env
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(jnp.stack(reset_keys), env_params)
     want_ret, want_len, alive = np.zeros(3), np.zeros(3, int), np.ones(3, bool)
     while alive.any():
-        key, step_key = jax.random.split(key)
+        keys = jax.random.split(key, 5)  # the next key, the acting key (unused: greedy), one per env
+        key = keys[0]
         q = plan.networks["default_policy"].apply(params, obs).q
         action = np.argmax(np.asarray(q), axis=-1)
         obs, state, reward, term, trunc, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-            jax.random.split(step_key, 3), state, jnp.asarray(action), env_params)
+            keys[2:], state, jnp.asarray(action), env_params)
         want_ret += np.where(alive, np.asarray(reward), 0.0)
         want_len += alive
         alive &= ~(np.asarray(term) | np.asarray(trunc))

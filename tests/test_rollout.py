@@ -41,21 +41,22 @@ def test_fragments_give_the_exact_n_step_transitions(env_params, action):
     env = envs.functions(envs.make_env("CartPole-v1", env_params))
     n, length, num_envs, fragments = 3, 4, 2, 6
     actor = rollout.init(env, jax.random.key(0), num_envs, n - 1)
-    keys = jax.random.split(jax.random.key(1), fragments + 1)
+    keys = [rollout.step_keys(k, length if i else n - 1, num_envs)[1]
+            for i, k in enumerate(jax.random.split(jax.random.key(1), fragments + 1))]
     primed, _ = rollout.prime(env, constant(action), actor, keys[0])
     state, got = primed, []
     for i in range(fragments):
-        state, window, _ = rollout.fragment(env, constant(action), state, keys[i + 1], length=length)
+        state, window, _ = rollout.fragment(env, constant(action), state, keys[i + 1])
         transitions = rollout.n_step_transitions(window, count=length, gamma=GAMMA, n=n)
         mask = rollout.stored_mask(window, length)
         assert transitions.reward.shape == (length * num_envs,) and mask is None  # a gymnax env: all stored
         got.append(jax.tree_util.tree_map(lambda x: x.reshape((length, num_envs) + x.shape[1:]), transitions))
     got = jax.tree_util.tree_map(lambda *x: np.concatenate(x), *got)  # [T, E, ...]
     # The same raw trajectory, replayed with the same keys in one piece.
-    actor2, raw0, _ = rollout.run_steps(env, constant(action), actor, keys[0], n - 1)
+    actor2, raw0, _ = rollout.run_steps(env, constant(action), actor, keys[0])
     raws = [raw0]
     for i in range(fragments):
-        actor2, raw, _ = rollout.run_steps(env, constant(action), actor2, keys[i + 1], length)
+        actor2, raw, _ = rollout.run_steps(env, constant(action), actor2, keys[i + 1])
         raws.append(raw)
     raw = jax.tree_util.tree_map(lambda *x: np.concatenate(x), *raws)
     total = fragments * length
@@ -78,7 +79,7 @@ def test_episode_returns_and_lengths_are_recorded():
     env = envs.functions(envs.make_env("CartPole-v1", {"max_steps_in_episode": 7, "theta_threshold_radians": 100.0,
                                                        "x_threshold": 1e6}))
     actor = rollout.init(env, jax.random.key(0), 3, 0)
-    _, _, episodes = rollout.run_steps(env, constant(0), actor, jax.random.key(1), 20)
+    _, _, episodes = rollout.run_steps(env, constant(0), actor, rollout.step_keys(jax.random.key(1), 20, 3)[1])
     done = np.asarray(episodes.done)
     np.testing.assert_array_equal(np.nonzero(done[:, 0])[0], [6, 13])
     np.testing.assert_array_equal(np.asarray(episodes.episode_length)[done], 7)

@@ -141,6 +141,13 @@ def add(state: UniformState, items: PyTree, mask: Array | None = None) -> Unifor
     )
 
 
+def draw_indices(key: Array, batch_size: int, size: Array) -> Array:
+    """``batch_size`` slots drawn uniformly from ``[0, size)``: one word each, modulo ``size``
+    (one generator call; bias below ``size / 2**32``, 0.03% at a million items)."""
+    bits = jax.random.bits(key, (batch_size,), jnp.uint32)
+    return (bits % jnp.maximum(size, 1).astype(jnp.uint32)).astype(jnp.int32)
+
+
 def sample(state: UniformState, key: Array, *, batch_size: int) -> Sample:
     """``batch_size`` items drawn uniformly, with replacement, from the valid slots.
 
@@ -150,9 +157,7 @@ def sample(state: UniformState, key: Array, *, batch_size: int) -> Sample:
     """
     check_batch_size(batch_size)
     check_not_empty(state.size)
-    indices = jax.random.randint(
-        key, (batch_size,), 0, jnp.maximum(state.size, 1), dtype=jnp.int32
-    )
+    indices = draw_indices(key, batch_size, state.size)
     return Sample(
         items=dispatch.gather(state.storage, indices),
         indices=indices,

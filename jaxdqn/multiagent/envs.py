@@ -162,14 +162,15 @@ def fresh(spec: MultiAgentSpec, key: Array) -> tuple[dict[str, Array], JointStat
     return obs, JointState(env=state, playing={a: jnp.ones((), bool) for a in spec.agents})
 
 
-def reset(spec: MultiAgentSpec, key: Array, num_envs: int) -> tuple[dict[str, Array], JointState]:
-    """``num_envs`` fresh joint episodes: ``(obs dict of [E, *obs], state)``."""
-    return jax.vmap(lambda k: fresh(spec, k))(jax.random.split(key, num_envs))
+def reset(spec: MultiAgentSpec, keys: Array) -> tuple[dict[str, Array], JointState]:
+    """Fresh joint episodes, one per key ``[E]``: ``(obs dict of [E, *obs], state)``."""
+    return jax.vmap(lambda k: fresh(spec, k))(keys)
 
 
-def step(spec: MultiAgentSpec, key: Array, state: JointState, actions: dict[str, Array]
+def step(spec: MultiAgentSpec, keys: Array, state: JointState, actions: dict[str, Array]
          ) -> tuple[EnvStep, JointState]:
-    """Step ``E`` copies once with ``actions`` (dict of ``[E]``); ended joint episodes reset.
+    """Step ``E`` copies once with ``actions`` (dict of ``[E]``) and their keys ``[E]``; ended
+    joint episodes reset.
     ``valid`` marks the agents still playing (their steps are transitions), ``reward`` is 0 for
     the others and ``episode_end`` is the joint episode's end."""
 
@@ -193,11 +194,10 @@ def step(spec: MultiAgentSpec, key: Array, state: JointState, actions: dict[str,
                       terminated=terminated, truncated=truncated, valid=dict(playing), episode_end=done)
         return out, pick(reset_state, still)
 
-    keys = jax.random.split(key, jax.tree_util.tree_leaves(actions)[0].shape[0])
     return jax.vmap(one)(keys, state, actions)
 
 
 def functions(spec: MultiAgentSpec) -> Env:
     """``spec``'s ``reset`` / ``step`` as the ``Env`` that rollouts and evaluations step."""
-    return Env(reset=lambda key, num_envs: reset(spec, key, num_envs),
-               step=lambda key, env_state, actions: step(spec, key, env_state, actions))
+    return Env(reset=lambda keys: reset(spec, keys),
+               step=lambda keys, env_state, actions: step(spec, keys, env_state, actions))
