@@ -269,7 +269,12 @@ def make_train_step(loss: LossConfig, network: QNetwork, optimizer: optax.Gradie
         )
 
     def train_step(state: LearnerState, sample: Sample, *, env_steps: Array, key: Array):
-        """One SGD step: the new state and its ``LearnInfo`` (statistics and per-item TD errors)."""
+        """One SGD step: the new state and its ``LearnInfo`` (statistics and per-item TD errors).
+
+        A caller that keeps only ``td_error`` leaves the statistics (the gradient norm over
+        every parameter, four reductions of the batch) as dead code that XLA removes: the plan
+        does so on every SGD step but a chunk's last, whose statistics RLlib reports.
+        """
         (value, (td, q_selected, mean_td_error)), grads = grad_fn(
             state.params, state.target_params, sample.items, sample.weights, key
         )

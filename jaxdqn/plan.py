@@ -15,7 +15,9 @@ priorities -> UpdateTargetNetwork). ``make_plan(config)`` returns them as pure f
   ``train(key)`` runs ``total_timesteps``; ``init(key)`` builds the state and fills the replay
   until ``learning_starts`` (stores without replays).
 
-The schedule (``jaxdqn.schedule``) says how many replays follow each store.
+The schedule (``jaxdqn.schedule``) says how many replays follow each store. Only a chunk's last
+replay computes the learner statistics RLlib reports (a static peel; XLA drops the others'
+dozen small kernels as dead code: docs/benchmarks.md).
 
 One plan for every variant: as in RLlib, a single agent is a multi-agent run with one policy,
 ``default_policy``, so learners, buffers and learner statistics are dicts keyed by policy (by
@@ -73,8 +75,8 @@ class Plan(NamedTuple):
     sample: Callable[[TrainState], tuple[TrainState, Items]]
     learn: Callable[..., tuple[TrainState, dict[str, LearnInfo]]]  # (state, items, replays=None)
     store: Callable[[TrainState, Items], TrainState]
-    replay: Callable[[TrainState], TrainState]  # one replay round (every trained policy)
-    iteration: Callable[[TrainState, Any], tuple[TrainState, None]]  # one period of the schedule
+    replay: Callable[[TrainState], TrainState]  # one replay round, learner statistics kept
+    iteration: Callable[[TrainState, Any], tuple[TrainState, None]]  # one schedule period, every replay reporting
     chunk: Callable[[TrainState], tuple[TrainState, dict[str, Array]]]
     train: Callable[[Array], tuple[TrainState, dict[str, Array]]]
     evaluate: Callable[..., evaluation.Evaluation]  # (params: policy id -> params, key, eps=0.0)
@@ -164,9 +166,9 @@ def make_ops(config: DQNConfig, hyper: Hyperparams, worker: worker_.Worker, sche
             buffer[b] = worker.buffers[b].add(buffer[b], stored, mask)
         return state._replace(buffer=buffer)
 
-    def replay(state: TrainState) -> TrainState:
-        """One replay round of every trained policy; its learner statistics go to
-        ``metrics.learner`` (RLlib reports the last SGD step's)."""
+    def replay(state: TrainState, statistics: bool = True) -> TrainState:
+        """One replay round of every trained policy; with ``statistics`` (static) its learner
+        statistics go to ``metrics.learner``, else those stay an earlier round's."""
         key, *keys = jax.random.split(state.key, 1 + len(replayed) + len(worker.trained))
         sample_keys = dict(zip(replayed, keys))
         sampled = state.metrics.num_steps_sampled
@@ -179,7 +181,8 @@ def make_ops(config: DQNConfig, hyper: Hyperparams, worker: worker_.Worker, sche
                 bundle, learners[pid], buffer[b], sample_key=sample_keys[b], train_key=train_key,
                 batch_size=batch_size, beta=beta, env_steps=sampled, hook=hook)
             synced.append(done)
-            infos[pid] = info._replace(td_error=jnp.zeros((0,), jnp.float32))
+            if statistics:
+                infos[pid] = info._replace(td_error=jnp.zeros((0,), jnp.float32))
         m = state.metrics
         m = m._replace(num_steps_trained=m.num_steps_trained + config.train_batch_size * config.sequence_length,
                        num_target_updates=m.num_target_updates + functools.reduce(operator.or_, synced).astype(jnp.int32),
@@ -264,34 +267,63 @@ def make_loops(schedule: Schedule, sample: Callable, store: Callable, replay: Ca
                ) -> tuple[Callable, Callable, Callable]:
     """``(learn, iteration, run_chunk)`` of ``schedule`` over the plan's ops.
 
-    ``learn(state, items, replays=None)``: store the items, then ``replays`` replays (an int, a
-    traced count, or None: what the credit carried in the state pays for); returns the state
-    and the learner statistics of the last replay (``metrics.learner``).
-    ``iteration(state, _)``: one period of the schedule (``schedule.period`` rounds of
-    ``sample -> learn``). ``run_chunk(state)``: a report's ``stores_per_chunk`` rounds.
+    ``learn(state, items, replays=None)``: store, then ``replays`` replays (an int, a traced
+    count, or None: what the carried credit pays for), the last one reporting its statistics.
+    ``iteration(state, _)``: one period of the schedule, every replay reporting.
+    ``run_chunk(state)``: ``stores_per_chunk`` rounds of ``sample -> learn`` in which only the
+    chunk's last replay computes the statistics: a static pattern peels its last round; in a
+    credit schedule the last replay depends on the credit, so each replay picks the reporting
+    or the quiet form with a ``lax.cond`` on whether any replay follows in the chunk.
     """
+    p, q = schedule.replays, schedule.stores
+    quiet = functools.partial(replay, statistics=False)
+
+    def replays(state: TrainState, count: Any, last_reports: bool) -> TrainState:
+        if not last_reports:
+            return repeat(quiet, state, count)
+        if isinstance(count, int):
+            return replay(repeat(quiet, state, count - 1)) if count else state
+        return lax.fori_loop(jnp.int32(0), count, lambda i, s: lax.cond(i == count - 1, replay, quiet, s), state)
+
+    def credit_round(state: TrainState, remaining: Any = None) -> TrainState:
+        """A store and the replays its credit pays for, the last reporting; with ``remaining``
+        (rounds left in the chunk), only if no later round of the chunk pays for a replay."""
+        state = store(*sample(state))
+        count, credit = pay(state.replay_credit, schedule)
+        state = state._replace(replay_credit=credit.astype(jnp.int32))
+        if remaining is None:
+            return replays(state, count, True)
+        last = remaining < (q - credit + p - 1) // p  # credit + remaining * p < q: no later replay
+        return lax.fori_loop(jnp.int32(0), count, lambda i, s: lax.cond(last & (i == count - 1), replay, quiet, s),
+                             state)
 
     def learn(state: TrainState, items: Items, count: Any = None) -> tuple[TrainState, dict[str, LearnInfo]]:
         state = store(state, items)
         if count is None:
             count, credit = pay(state.replay_credit, schedule)
             state = state._replace(replay_credit=credit.astype(jnp.int32))
-        state = repeat(replay, state, count)
+        state = replays(state, count, True)
         return state, state.metrics.learner
 
-    def one_round(state: TrainState, count: Any = None) -> TrainState:
-        return learn(*sample(state), count)[0]
-
-    def rounds(state: TrainState, n: int) -> TrainState:
-        """``n`` rounds from the start of a period."""
-        if schedule.credit:
-            return repeat(one_round, state, n)
-        counts = schedule.replay_counts(n)
+    def rounds(state: TrainState, counts: Any, last_reports: bool) -> TrainState:
+        """One ``sample -> learn`` round per entry of ``counts`` (the replays after each store)."""
         if len(set(counts.tolist())) == 1:  # p / 1: the same static count after every store
-            return repeat(lambda s: one_round(s, int(counts[0])), state, n)
-        return lax.scan(lambda s, c: (one_round(s, c), None), state, jnp.asarray(counts))[0]
+            return repeat(lambda s: replays(store(*sample(s)), int(counts[0]), last_reports), state, len(counts))
+        return lax.scan(lambda s, c: (replays(store(*sample(s)), c, last_reports), None), state,
+                        jnp.asarray(counts))[0]
 
     def iteration(state: TrainState, _: Any = None) -> tuple[TrainState, None]:
-        return rounds(state, schedule.period), None
+        if schedule.credit:
+            return credit_round(state), None
+        return rounds(state, schedule.replay_counts(q), True), None
 
-    return learn, iteration, lambda state: rounds(state, schedule.stores_per_chunk)
+    def run_chunk(state: TrainState) -> TrainState:
+        n = schedule.stores_per_chunk
+        if schedule.credit:
+            return lax.scan(lambda s, remaining: (credit_round(s, remaining), None), state,
+                            jnp.arange(n - 1, -1, -1, dtype=jnp.int32))[0]
+        counts = schedule.replay_counts(n)
+        state = rounds(state, counts[:-1], False) if n > 1 else state
+        return replays(store(*sample(state)), int(counts[-1]), True)
+
+    return learn, iteration, run_chunk

@@ -210,9 +210,10 @@ def test_the_plan_draws_from_keys_of_the_configs_prng_impl_derived_from_any_key(
 # one and several replays per iteration; credit schedules with fewer and more than one per store
 @pytest.mark.parametrize("training_intensity", [None, 12.0, 0.77, 13.37])
 def test_a_chunk_reports_the_statistics_of_its_last_sgd_step(training_intensity):
-    """A chunk's report has the learner statistics of its last SGD step, and the chunk is the
-    schedule's iterations: state and statistics equal those of ``plan.iteration(state)`` called
-    on its own, period after period."""
+    """Inside a chunk only the last replay reports the learner statistics (a peeled last
+    iteration, or a ``lax.cond`` per replay in credit schedules); the
+    state and the reported statistics must equal those of iterations that compute them at every
+    step (``plan.iteration(state)`` called on its own)."""
     config = DQNConfig(**{**TINY, "training_intensity": training_intensity, "n_step": 2})
     plan = make_plan(config)
     iterations = plan.schedule.stores_per_chunk // plan.schedule.period
