@@ -11,8 +11,6 @@ Adam 2.5e-4 (no clipping), no double / dueling / PER, epsilon 1 -> 0.05 over hal
 - ``jaxdqn``: ``jaxdqn.make_train`` at that config (uniform replay), one seed.
 - ``jaxdqn PER``: the same with prioritized replay (alpha 0.6, beta 0.4).
 - ``jaxdqn x8 seeds``: ``jax.vmap`` over 8 seeds, reported per seed-run (8x the work).
-- ``jaxdqn, stats every step``: the plan's ``iteration`` scanned, every SGD step computing the
-  learner statistics that a chunk computes on its last step only (what that peel saves).
 - ``rejax``: ``rejax.DQN`` (PyPI, ``pip install rejax``) at the closest config it allows: its
   MLP is (64, 64) and it runs one greedy evaluation of 128 episodes at the end.
 
@@ -40,7 +38,7 @@ import optax
 from jaxdqn import DQNConfig, ExplorationConfig, ModelConfig, SimpleQConfig, envs
 from jaxdqn._platform import plan_key
 from jaxdqn.networks import QNetwork
-from jaxdqn.plan import make_plan, make_train
+from jaxdqn.plan import make_train
 
 NUM_ENVS, BATCH, BUFFER, STARTS, TARGET_FREQ, LR = 10, 128, 10_000, 10_000, 500, 2.5e-4
 
@@ -151,18 +149,6 @@ def make_rejax(timesteps: int) -> Callable[[jax.Array], Any]:
     return algo.train
 
 
-def every_step_statistics(config: DQNConfig) -> Callable[[jax.Array], Any]:
-    """The plan's rounds without the chunk's peel: every replay computes its statistics."""
-    plan = make_plan(config)
-    iterations = plan.num_chunks * plan.schedule.stores_per_chunk // plan.schedule.period
-
-    def run(key: jax.Array) -> Any:
-        state = jax.lax.scan(plan.iteration, plan.init(key), None, length=iterations)[0]
-        return state.learner, {"episode_reward_mean": jnp.full((1,), jnp.nan)}
-
-    return run
-
-
 def compile_it(fn: Callable[[jax.Array], Any]) -> tuple[float, Callable[[jax.Array], Any]]:
     """(compile seconds: lower + compile, the compiled function)."""
     start = time.perf_counter()
@@ -216,7 +202,6 @@ def main() -> None:
         "jaxdqn PER": (make_train(purejaxrl_config(steps, prioritized=True)), 1, jaxdqn_return),
         # The stacked-seed row does 8x the work: one run of it is as long as 8 of the others.
         "jaxdqn x8 seeds": (stacked_seeds(train, 8), 8, jaxdqn_return),
-        "jaxdqn, stats every step": (every_step_statistics(purejaxrl_config(steps)), 1, None),
     }
     if not args.no_rejax:
         specs["rejax"] = (make_rejax(steps), 1, lambda out: float(np.mean(np.asarray(out[1][1]))))
@@ -247,7 +232,7 @@ def main() -> None:
               f"{r['sgd_steps_per_s']:11,.0f} | {per_seed / floor:12.2f} | {ret:>12} |")
     uniform = rows[1]["run_s"]
     print(f"\nPER / uniform: {rows[2]['run_s'] / uniform:.2f}x;  8 seeds / (8 x one seed): "
-          f"{rows[3]['run_s'] / (8 * uniform):.2f};  stats every step / jaxdqn: {rows[4]['run_s'] / uniform:.2f}x")
+          f"{rows[3]['run_s'] / (8 * uniform):.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
