@@ -4,7 +4,8 @@ CartPole-v1 configuration (uniform replay, and prioritized), each commit at its 
 Each commit's checkout runs in its own processes (a ``git worktree`` of ``--base``; this
 checkout for the other), alternating A B A B for ``--rounds`` rounds; a process compiles both
 configurations and times ``--repeats`` runs of each. The table has each commit's median and the
-ratio this / base per round (the shared machine's load falls on both alike)::
+ratio this / base per round (the shared machine's load falls on both alike). ``--prng`` sets
+the same ``prng_impl`` in both::
 
     python scripts/bench_commits.py --base 6e2496f --timesteps 200000 --repeats 3 --rounds 3
 """
@@ -28,7 +29,8 @@ import jax
 from jaxdqn import DQNConfig, ExplorationConfig, ModelConfig, SimpleQConfig
 from jaxdqn.plan import make_train
 steps, repeats = int(sys.argv[1]), int(sys.argv[2])
-common = dict(env="CartPole-v1", total_timesteps=steps, num_envs_per_worker=10, rollout_fragment_length=1,
+extra = {"prng_impl": sys.argv[3]} if len(sys.argv) > 3 else {}
+common = dict(**extra, env="CartPole-v1", total_timesteps=steps, num_envs_per_worker=10, rollout_fragment_length=1,
               train_batch_size=128, buffer_size=10_000, learning_starts=10_000, target_network_update_freq=500,
               td_error_loss_fn="mse", lr=2.5e-4, grad_clip=None, timesteps_per_iteration=10_000,
               model=ModelConfig(fcnet_hiddens=(120, 84), fcnet_activation="relu"),
@@ -48,8 +50,9 @@ print(json.dumps(out))
 """
 
 
-def run(checkout: pathlib.Path, steps: int, repeats: int) -> dict[str, float]:
-    done = subprocess.run([sys.executable, "-c", SNIPPET, str(steps), str(repeats)], cwd=checkout,
+def run(checkout: pathlib.Path, steps: int, repeats: int, prng: str | None) -> dict[str, float]:
+    done = subprocess.run([sys.executable, "-c", SNIPPET, str(steps), str(repeats), *([prng] if prng else [])],
+                          cwd=checkout,
                           env={**os.environ, "PYTHONPATH": str(checkout)},
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -61,6 +64,7 @@ def main() -> None:
     parser.add_argument("--timesteps", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--prng", help="the same prng_impl for both commits (default: each commit's own)")
     args = parser.parse_args()
     here = pathlib.Path(__file__).resolve().parents[1]
     base = pathlib.Path(tempfile.mkdtemp(prefix="jaxdqn-base-")) / "checkout"
@@ -72,8 +76,8 @@ def main() -> None:
             shutil.copy(kernels, base / "jaxdqn" / "buffers" / kernels.name)
         rows: dict[str, list[dict[str, float]]] = {"base": [], "this": []}
         for i in range(args.rounds):
-            rows["base"].append(run(base, args.timesteps, args.repeats))
-            rows["this"].append(run(here, args.timesteps, args.repeats))
+            rows["base"].append(run(base, args.timesteps, args.repeats, args.prng))
+            rows["this"].append(run(here, args.timesteps, args.repeats, args.prng))
             print(f"round {i + 1}: base {rows['base'][-1]}, this {rows['this'][-1]}", flush=True)
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=here, capture_output=True)
