@@ -12,7 +12,7 @@ from jaxdqn import parallel
 from jaxdqn.config import DQNConfig
 
 
-LARGE_PRIORITIZED = 100_000  # items from which the fused CPU tree kernels are several times faster
+LARGE_PRIORITIZED = 100_000  # items from which the fused CPU tree kernels pay most (docs/benchmarks.md)
 
 
 def warn_without_kernels(config: DQNConfig) -> None:

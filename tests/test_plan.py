@@ -149,48 +149,6 @@ def test_before_learn_on_batch_sees_every_replayed_batch():
     assert not np.allclose(jax.tree_util.tree_leaves(start)[0], jax.tree_util.tree_leaves(end)[0])
 
 
-def test_greedy_evaluation_matches_a_python_rollout():
-    """evaluate() against a plain Python loop over the same env, keys and greedy policy."""
-    import gymnax
-
-    config = SimpleQConfig(**TINY, evaluation_num_episodes=3, env_params={"max_steps_in_episode": 60})
-    plan = make_plan(config)
-    params = jax.jit(plan.init)(jax.random.key(3)).learner["default_policy"].params
-    result = jax.jit(plan.evaluate)({"default_policy": params}, jax.random.key(4))
-
-    env, env_params = gymnax.make("CartPole-v1")
-    env_params = env_params.replace(max_steps_in_episode=60)
-    key, *reset_keys = jax.random.split(jax.random.key(4), 4)  # the next key, one per env
-    obs, state = jax.vmap(env.reset, in_axes=(0, None))(jnp.stack(reset_keys), env_params)
-    want_ret, want_len, alive = np.zeros(3), np.zeros(3, int), np.ones(3, bool)
-    while alive.any():
-        keys = jax.random.split(key, 5)  # the next key, the acting key (unused: greedy), one per env
-        key = keys[0]
-        q = plan.networks["default_policy"].apply(params, obs).q
-        action = np.argmax(np.asarray(q), axis=-1)
-        obs, state, reward, term, trunc, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-            keys[2:], state, jnp.asarray(action), env_params)
-        want_ret += np.where(alive, np.asarray(reward), 0.0)
-        want_len += alive
-        alive &= ~(np.asarray(term) | np.asarray(trunc))
-    np.testing.assert_allclose(result.episode_return, want_ret)
-    np.testing.assert_array_equal(result.episode_length, want_len)
-    assert result.finished.all() and (want_len <= 60).all()
-    # Greedy means act() agrees with the argmax of the network.
-    np.testing.assert_array_equal(plan.act({"default_policy": params}, obs, "default_policy"),
-                                  np.argmax(np.asarray(plan.networks["default_policy"].apply(params, obs).q), -1))
-
-
-def test_evaluation_vmaps_over_seeds():
-    config = SimpleQConfig(**TINY, evaluation_num_episodes=2)
-    plan = make_plan(config)
-    states = jax.vmap(plan.init)(jax.random.split(jax.random.key(0), 2))
-    params = {pid: ls.params for pid, ls in states.learner.items()}
-    result = jax.jit(jax.vmap(plan.evaluate))(params, jax.random.split(jax.random.key(1), 2))
-    assert result.episode_return.shape == (2, 2)
-    np.testing.assert_allclose(result.episode_return, result.episode_length)  # CartPole: +1 per step
-
-
 def test_the_plan_draws_from_keys_of_the_configs_prng_impl_derived_from_any_key():
     assert SimpleQConfig(**TINY).prng_impl == "threefry2x32"  # the default: JAX's own
     threefry = jax.random.key(0)

@@ -1,5 +1,5 @@
-"""The Python examples of docs/variants.md (recurrent and multi-agent DQN) and the README's
-quickstart run as written (slow suite)."""
+"""The Python examples of docs/variants.md (recurrent and multi-agent DQN), docs/design.md and the
+README's quickstart run as written (slow suite)."""
 
 import pathlib
 import re
@@ -24,3 +24,11 @@ def test_readme_examples_run(section):
     assert blocks, section
     for code in blocks:
         exec(compile(code, f"docs/variants.md: {section}", "exec"), {})
+
+
+@pytest.mark.parametrize("section", ["Replay buffers", "Learners", "Execution plan"])
+def test_design_examples_run(section):
+    blocks = python_blocks(section, ROOT / "docs" / "design.md")
+    assert blocks, section
+    for code in blocks:
+        exec(compile(code, f"docs/design.md: {section}", "exec"), {})

@@ -18,8 +18,8 @@ exactly at the parent's value.
 Why one array: XLA updates a loop-carried array in place only if every read of its old value is
 provably done before the write. With a separate array per tree, the values written to the
 second tree get re-fused (recomputed, with the tree reads they came from) after the write to
-the first, and XLA then copies a whole tree every step (measured on the CPU: two 8 MiB copies
-per step at capacity 1M). One array and one scatter per level leave nothing to re-fuse.
+the first, and XLA then copies a whole tree every step. One array and one scatter per level
+leave nothing to re-fuse (docs/benchmarks.md, "Replay buffers", has the measurements).
 """
 
 from __future__ import annotations
@@ -79,10 +79,10 @@ def last_write_wins(slots: Array, values: Array, *, capacity: int) -> tuple[Arra
     colliding scatter writes unspecified; here colliding writes carry the same value). The sort
     also keeps the trees in place: its output cannot be fused (re-computed) into the level
     updates that follow the first write, where it would read the overwritten tree and force XLA
-    to copy it (measured: one tree copy per step without it). Sorted slots also write in order.
+    to copy it every step. Sorted slots also write in order.
 
     ``(slot, position)`` is packed into one int32 key when ``capacity * 2**ceil(log2 K)`` fits:
-    a one-array sort is several times faster than a two-array stable sort on the CPU.
+    a one-array sort is cheaper than a two-array stable sort on the CPU.
     """
     k = slots.shape[0]
     shift = max(1, (k - 1).bit_length())
@@ -146,13 +146,12 @@ def find_prefix_sum(trees: Array, mass: Array, *, capacity: int, unroll: bool = 
     Each level is elementwise work over 16 unrolled columns. The levels themselves run as a
     ``fori_loop`` of static trip count (depth - 1), not unrolled: unrolled, XLA fused each
     level's cheap elementwise producers (the random draw of ``mass`` included) into every later
-    level's kernels, so the descent recomputed all levels above it at each level (measured on
-    the CPU, plan replay step with batch 128 and a 10k buffer: prioritized cost ~135 us more
-    than uniform unrolled, ~36 us rolled). The loop reads the trees in place (the gather
+    level's kernels, so the descent recomputed all levels above it at each level
+    (docs/benchmarks.md). The loop reads the trees in place (the gather
     indexes the ``[2, M]`` array itself: slicing the sum row outside the loop would materialize
     a copy of it on every call). ``unroll=True`` unrolls the levels: the better choice on a GPU,
-    where each trip of a loop costs a kernel launch and a host round trip (see
-    ``prioritized_replay.sample``).
+    where each trip of a loop costs a kernel launch and a host round trip (``dispatch.draw``
+    picks the form per platform).
     """
     levels = layout(capacity)
     node = jnp.zeros(mass.shape, jnp.int32)

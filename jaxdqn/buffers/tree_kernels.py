@@ -1,7 +1,7 @@
 """The sum/min tree's descent and leaf writes as two fused CPU kernels (XLA FFI custom calls).
 
 On XLA:CPU a prioritized ``sample`` + ``update`` through ``segment_tree`` is some 40-70 small
-kernels, each paying about a microsecond of dispatch around a handful of random cache-line
+kernels, each paying a dispatch around a handful of random cache-line
 reads. ``csrc/tree_kernels.cc`` does the same work in two calls, with the same float32
 arithmetic in the same order, so results are bitwise those of ``segment_tree``
 (``tests/test_tree_kernels.py`` checks it). The library (a plain shared library, loaded with
