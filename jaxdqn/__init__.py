@@ -9,14 +9,18 @@ from typing import Any
 from jaxdqn import buffers, losses, types
 from jaxdqn.config import (DQNConfig, EvaluationConfig, ExplorationConfig, ModelConfig, OptimizerConfig,
                            SimpleQConfig)
+from jaxdqn.errors import DamagedCheckpoint, Diverged, SaveError
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DQNConfig",
+    "DamagedCheckpoint",
+    "Diverged",
     "EvaluationConfig",
     "ExplorationConfig",
     "OptimizerConfig",
+    "SaveError",
     "ModelConfig",
     "SimpleQConfig",
     "Trainer",

@@ -7,6 +7,14 @@ the algorithm, the seed count, the iteration, the clock). Orbax writes into a te
 and renames it when complete, so a crash during ``save`` leaves no folder under the final name:
 ``latest`` only ever sees finished checkpoints, and the previous one stays restorable.
 
+Then ``manifest.json`` records every file's size and CRC-32; a checkpoint counts as finished
+only once it has one, and is verified against it before anything is read: a changed or
+truncated file is refused naming the file (``DamagedCheckpoint``), and a run folder resolves to
+its newest intact checkpoint (``newest_intact`` says which newer ones it passed over). A failed
+write (disk full, file size limit, read-only folder) is retried once, then reported as one
+``SaveError`` naming the path and the OS error; the partial folder is removed and the earlier
+checkpoints are untouched.
+
 The arrays are stored flat, by leaf index, with their paths, shapes and dtypes in ``meta``, so a
 restore into another layout is refused with the first difference rather than misread; typed PRNG
 keys are stored as their raw ``uint32`` key data and wrapped again; zero-size leaves (which orbax
@@ -15,21 +23,30 @@ refuses) are not stored and come back as zeros of their shape.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import json
+import logging
 import os
 import pathlib
 import re
 import shutil
-from typing import Any
+import sys
+import warnings
+import zlib
+from typing import Any, Iterator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxdqn.errors import DamagedCheckpoint, SaveError
 from jaxdqn.parallel import is_key, key_impl
 
 PREFIX = "checkpoint_"
 PATTERN = re.compile(rf"^{PREFIX}(\d+)$")
+MANIFEST = "manifest.json"
 
 
 def _flat(tree: Any) -> tuple[list[str], list[Any]]:
@@ -74,20 +91,141 @@ def save(directory: str | os.PathLike, iteration: int, state: Any, meta: dict[st
          *, keep: int | None = None) -> pathlib.Path:
     """Write ``state`` (any pytree of arrays) and ``meta`` (JSON) atomically; returns the path.
 
-    ``keep``: delete all but the newest ``keep`` finished checkpoints in ``directory`` after a
-    successful save (``None`` keeps every one). With several processes (``jax.distributed``)
-    every process calls it with the same host arrays; orbax has process 0 write."""
+    ``keep`` (>= 1): delete all but the newest ``keep`` finished checkpoints in ``directory``
+    after a successful save (``None`` keeps every one). With several processes
+    (``jax.distributed``) every process calls it with the same host arrays; orbax has process 0
+    write. ``SaveError`` if the write fails twice."""
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+        raise ValueError(f"keep={keep!r} is invalid: the number of newest checkpoints to keep, >= 1 (None keeps all)")
     path = path_for(directory, iteration)
-    path.parent.mkdir(parents=True, exist_ok=True)
     names, leaves = _flat(state)
     meta = {**meta, "layout": _layout(names, leaves), "prng": _key_impls(state)}
     args = ocp.args.Composite(state=ocp.args.StandardSave(_items(leaves)), meta=ocp.args.JsonSave(meta))
-    checkpointer = _checkpointer()
-    checkpointer.save(path.absolute(), args=args, force=True)
+    _ignore_closed_loop_callbacks()
+    for attempt in (1, 2):
+        checkpointer = _checkpointer()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with _orbax_logs_quiet():  # its threads log a traceback each for the error raised here
+                try:
+                    checkpointer.save(path.absolute(), args=args, force=True)
+                finally:
+                    checkpointer.close()  # waits for its threads: nothing writes after a failure
+            if jax.process_index() == 0:
+                write_manifest(path)
+            break
+        except Exception as e:  # orbax and tensorstore wrap the OS error in their own types
+            _remove_partial(path)
+            if attempt == 2:
+                raise SaveError(f"could not save checkpoint {str(path)!r}: {_os_reason(e)}; the earlier "
+                                f"checkpoints in {str(path.parent)!r} are intact") from None
     if keep is not None and jax.process_index() == 0:
         for old in finished(directory)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+@contextlib.contextmanager
+def _orbax_logs_quiet() -> Iterator[None]:
+    """A failed write without orbax's logged tracebacks (one per thread); the error itself is
+    raised as usual."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _ignore_closed_loop_callbacks() -> None:
+    """From the first save on: after a failed write, tensorstore's late callbacks into orbax's closed event loop (each a
+    ``RuntimeError: Event loop is closed`` printed as an unraisable exception) are dropped; any
+    other unraisable exception still reaches the hook before."""
+    before = sys.unraisablehook
+    if getattr(before, "drops_closed_loop_callbacks", False):
+        return
+
+    def hook(unraisable: Any) -> None:
+        error = unraisable.exc_value
+        if not (isinstance(error, RuntimeError) and "Event loop is closed" in str(error)):
+            before(unraisable)
+
+    hook.drops_closed_loop_callbacks = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
+
+
+def _remove_partial(path: pathlib.Path) -> None:
+    """The folder of a failed save, and orbax's temporary ones beside it."""
+    for partial in [path, *path.parent.glob(f"{path.name}.orbax-checkpoint-tmp*")]:
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+def _os_reason(error: BaseException) -> str:
+    """The OS error under an exception chain (orbax and tensorstore wrap it), in one line."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.strerror:
+            return seen.strerror
+        seen = seen.__cause__ or seen.__context__
+    text = " ".join(str(error).split())
+    found = re.search(r"\[OS error[^\]]*\]|No space left on device|File too large|Read-only file system|"
+                      r"Permission denied|Disk quota exceeded", text)
+    return found.group(0) if found else (text[:200] or type(error).__name__)
+
+
+def _crc(path: pathlib.Path) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
+def _files(path: pathlib.Path) -> list[pathlib.Path]:
+    return sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def write_manifest(path: pathlib.Path) -> None:
+    """``path/manifest.json``: every file's size and CRC-32, written atomically last."""
+    files = {str(p.relative_to(path)): [p.stat().st_size, _crc(p)] for p in _files(path)}
+    tmp = path / (MANIFEST + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"files": files}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path / MANIFEST)
+
+
+def verify(path: str | os.PathLike) -> None:
+    """``DamagedCheckpoint`` naming the first file of ``path`` that differs from its manifest."""
+    path = pathlib.Path(path)
+    stat = (path / MANIFEST).stat() if (path / MANIFEST).is_file() else None
+    problem = _problem(str(path.absolute()), stat and (stat.st_mtime_ns, stat.st_size))
+    if problem:
+        raise DamagedCheckpoint(f"checkpoint {str(path)!r} is damaged: {problem}")
+
+
+@functools.lru_cache(maxsize=64)
+def _problem(path_name: str, stamp: tuple[int, int] | None) -> str | None:
+    """What is wrong with a checkpoint, or None; cached per manifest (a restore reads it twice)."""
+    path = pathlib.Path(path_name)
+    if stamp is None:
+        return (f"it has no {MANIFEST} (a save that did not finish, or a checkpoint of jaxdqn before "
+                f"checkpoint format 6)")
+    try:
+        files = json.loads((path / MANIFEST).read_text())["files"]
+    except (ValueError, KeyError, TypeError):
+        return f"{MANIFEST} is unreadable"
+    for name, (size, crc) in files.items():
+        file = path / name
+        if not file.is_file():
+            return f"{name} is missing"
+        if file.stat().st_size != size:
+            return f"{name} has {file.stat().st_size} bytes, {size} were written (truncated or changed)"
+        if _crc(file) != crc:
+            return f"{name} does not match its checksum (its contents changed)"
+    return None
 
 
 def finished(directory: str | os.PathLike) -> list[pathlib.Path]:
@@ -99,16 +237,36 @@ def finished(directory: str | os.PathLike) -> list[pathlib.Path]:
     return [p for _, p in sorted(found)]
 
 
+def newest_intact(directory: str | os.PathLike) -> tuple[pathlib.Path | None, list[str]]:
+    """The newest finished checkpoint of ``directory`` that passes ``verify``, and why each newer
+    one was passed over (one line each)."""
+    passed_over = []
+    for path in reversed(finished(directory)):
+        try:
+            verify(path)
+        except DamagedCheckpoint as e:
+            passed_over.append(str(e))
+            continue
+        return path, passed_over
+    return None, passed_over
+
+
 def resolve(path: str | os.PathLike) -> pathlib.Path:
-    """A checkpoint folder, or the newest finished one in a run folder; ``FileNotFoundError``
-    saying what was looked for otherwise."""
+    """A checkpoint folder (verified), or the newest intact one in a run folder (newer damaged
+    ones are passed over with a warning); ``FileNotFoundError`` saying what was looked for, or
+    ``DamagedCheckpoint``, otherwise."""
     path = pathlib.Path(path)
     if PATTERN.match(path.name) and path.is_dir():
+        verify(path)
         return path
     if path.is_dir():
-        found = finished(path)
-        if found:
-            return found[-1]
+        found, passed_over = newest_intact(path)
+        if found is not None:
+            for line in passed_over:
+                warnings.warn(f"{line}; using {found.name}, the newest intact one", stacklevel=2)
+            return found
+        if passed_over:
+            raise DamagedCheckpoint(f"no intact checkpoint in {str(path)!r}: " + "; ".join(passed_over))
     raise FileNotFoundError(f"no finished checkpoint at {str(path)!r}: expected a "
                             f"'{PREFIX}NNNNNN' folder or a run folder that holds one")
 

@@ -9,7 +9,8 @@ import sys
 import jaxdqn
 
 PACKAGE = pathlib.Path(jaxdqn.__file__).parent
-SHELL = {"jaxdqn.cli", "jaxdqn.cli.__main__", "jaxdqn.cli.commands", "jaxdqn.cli.documents", "jaxdqn.cli.info",
+SHELL = {"jaxdqn.cli", "jaxdqn.cli.__main__", "jaxdqn.cli.commands", "jaxdqn.cli.documents",
+         "jaxdqn.cli.info",
          "jaxdqn.cli.loop", "jaxdqn.cli.plot", "jaxdqn.cli.sweeps", "jaxdqn.cli.usage", "jaxdqn.trainer",
          "jaxdqn.results", "jaxdqn.resources", "jaxdqn.checkpoint", "jaxdqn.logging", "jaxdqn.distributed"}
 FORBIDDEN_IN_CORE = {"time", "logging", "os", "pathlib", "builtins"}
@@ -40,7 +41,7 @@ MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
 # one (the package facade ``jaxdqn`` aside). Every module must be listed: a new one is placed here
 # on purpose.
 LAYERS = {
-    "L0 vocabulary": ["jaxdqn.types", "jaxdqn.config", "jaxdqn.config.fields", "jaxdqn.config.sections",
+    "L0 vocabulary": ["jaxdqn.types", "jaxdqn.errors", "jaxdqn.config", "jaxdqn.config.fields", "jaxdqn.config.sections",
                       "jaxdqn.config.dqn", "jaxdqn.rllib"],
     "L1 kernels": ["jaxdqn._platform", "jaxdqn.atari", "jaxdqn.buffers", "jaxdqn.buffers.dispatch",
                    "jaxdqn.buffers.segment_tree", "jaxdqn.buffers.tree_kernels", "jaxdqn.buffers.uniform_replay",
