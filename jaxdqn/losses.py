@@ -8,8 +8,11 @@ within the ``k`` steps (see ``n_step_returns``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 Array = jax.Array
 
@@ -45,6 +48,9 @@ def weighted_mean(losses: Array, weights: Array) -> Array:
     return jnp.mean(weights * losses)
 
 
+UNROLLED_N_STEP = 16  # up to this look-ahead the n-step sum is unrolled (fewer, fused kernels)
+
+
 def n_step_returns(
     rewards: Array, terminated: Array, truncated: Array, *, gamma: float, n: int
 ) -> tuple[Array, Array, Array]:
@@ -63,19 +69,29 @@ def n_step_returns(
     """
     length = rewards.shape[0]
     rewards = rewards.astype(jnp.float32)
-    returns = jnp.zeros((length,), jnp.float32)
-    steps = jnp.zeros((length,), jnp.int32)
-    alive = jnp.ones((length,), bool)  # still inside the episode and the window
-    ended_by_termination = jnp.zeros((length,), bool)
-    for j in range(n):
-        idx = jnp.arange(length) + j
-        inside = idx < length
-        take = alive & inside
+    positions = jnp.arange(length)
+
+    def look_ahead(j: Any, scale: Any, carry: tuple[Array, ...]) -> tuple[Array, ...]:
+        """Step ``t + j`` into every return still inside its episode and the window."""
+        returns, steps, alive, ended_by_termination = carry
+        idx = positions + j
+        take = alive & (idx < length)
         safe = jnp.minimum(idx, length - 1)
-        returns = returns + jnp.where(take, gamma**j * rewards[safe], 0.0)
+        returns = returns + jnp.where(take, scale * rewards[safe], 0.0)
         steps = steps + take.astype(jnp.int32)
         ended_by_termination = ended_by_termination | (take & terminated[safe])
         alive = take & ~(terminated[safe] | truncated[safe])
+        return returns, steps, alive, ended_by_termination
+
+    carry = (jnp.zeros((length,), jnp.float32), jnp.zeros((length,), jnp.int32), jnp.ones((length,), bool),
+             jnp.zeros((length,), bool))
+    reach = min(n, length)  # later look-aheads fall outside the window
+    if reach <= UNROLLED_N_STEP:
+        for j in range(reach):
+            carry = look_ahead(j, gamma**j, carry)
+    else:  # a rolled loop: the program's size does not grow with n
+        carry = lax.fori_loop(0, reach, lambda j, c: look_ahead(j, jnp.power(jnp.float32(gamma), j), c), carry)
+    returns, steps, _, ended_by_termination = carry
     discounts = jnp.where(ended_by_termination, 0.0, jnp.power(jnp.float32(gamma), steps))
     return returns, discounts.astype(jnp.float32), steps
 

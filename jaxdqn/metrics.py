@@ -74,6 +74,30 @@ def ring_size(smoothing: int, steps_per_report: int, num_replicas: int) -> int:
     return max(math.ceil(smoothing / num_replicas), math.ceil(steps_per_report / num_replicas))
 
 
+def resize(ring: Ring, size: int) -> Ring:
+    """The ring with room for ``size`` episodes, keeping the newest ones (leaves may carry leading
+    run or device axes): a run resumed with another ``timesteps_per_iteration`` reports over the
+    same last episodes."""
+    old = ring.returns.shape[-1]
+    kept = min(old, size)
+    order = (ring.ring_pos[..., None] - kept + jnp.arange(kept)) % old  # [..., kept] oldest to newest
+
+    def move(x: Array, empty: float) -> Array:
+        fresh = jnp.full(x.shape[:-1] + (size,), empty, x.dtype)
+        return fresh.at[..., :kept].set(jnp.take_along_axis(x, order, axis=-1))
+
+    # Slots past the kept episodes hold none (length -1), though episodes_total may exceed them.
+    return Ring(returns=move(ring.returns, 0.0), lengths=move(ring.lengths, -1),
+                ring_pos=jnp.full_like(ring.ring_pos, kept % size), episodes_total=ring.episodes_total)
+
+
+def resize_rings(m: Metrics, like: Metrics) -> Metrics:
+    """``m``'s rings resized to the sizes of ``like``'s (shapes only are read from ``like``)."""
+    return m._replace(episodes=resize(m.episodes, like.episodes.returns.shape[-1]),
+                      policies={pid: resize(ring, like.policies[pid].returns.shape[-1])
+                                for pid, ring in m.policies.items()})
+
+
 def record(ring: Ring, done: Array, returns: Array, lengths: Array) -> Ring:
     """Write the episodes that ended (``done``, any shape; time-major order) into the ring."""
     size = ring.returns.shape[0]
@@ -117,7 +141,7 @@ def episode_report(ring: Ring, gather: Gather, window: Array) -> dict[str, Array
     totals = gather(ring.episodes_total)  # [D]
     count = jnp.minimum(jnp.minimum(totals, size), gather(window))  # [D]
     age = (gather(ring.ring_pos)[:, None] - 1 - jnp.arange(size)[None, :]) % size  # [D, ring]: 0 newest
-    valid = age < count[:, None]
+    valid = (age < count[:, None]) & (gather(ring.lengths) >= 0)  # -1: a slot a resize left empty
     returns = jnp.where(valid, gather(ring.returns), jnp.nan)
     lengths = jnp.where(valid, gather(ring.lengths).astype(jnp.float32), jnp.nan)
     return {

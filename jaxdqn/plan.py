@@ -120,9 +120,10 @@ def split_totals(config: DQNConfig, num_replicas: int) -> tuple[int, int, int]:
     for key, total in totals.items():
         if total % num_replicas:
             lower = total // num_replicas * num_replicas
+            near = [v for v in (lower, lower + num_replicas, lower + 2 * num_replicas) if v > 0][:2]
             raise ValueError(f"{key}={total} is invalid with num_devices={num_replicas}: totals are split "
                              f"evenly over the devices; use a multiple of {num_replicas} such as "
-                             f"{max(lower, num_replicas)} or {lower + num_replicas}")
+                             f"{near[0]} or {near[1]}")
     return tuple(total // num_replicas for total in totals.values())
 
 
@@ -139,6 +140,12 @@ def repeat(step: Callable[[Any], Any], state: Any, times: Any) -> Any:
 
 def params_of(state: TrainState) -> dict[str, Any]:
     return {pid: ls.params for pid, ls in state.learner.items()}
+
+
+def params_finite(state: TrainState) -> Array:
+    """[] bool: every online parameter of every policy is finite (one pass over the params)."""
+    leaves = jax.tree_util.tree_leaves(params_of(state))
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
 
 
 def make_ops(config: DQNConfig, hyper: Hyperparams, worker: worker_.Worker, schedule: Schedule, num_envs: int,
@@ -250,12 +257,15 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         (``metrics.close_report``: RLlib's result of the period)."""
         state = run_chunk(state)
         report, m = metrics.close_report(state.metrics, gather, config.metrics_smoothing_episodes)
+        report["params_finite"] = params_finite(state)  # the shell stops a diverged run on it
         return state._replace(metrics=m), report
 
-    chunks = count_chunks(config.total_timesteps, schedule)
+    chunks = count_chunks(config.total_timesteps, schedule,
+                          schedule.warmup_stores * schedule.steps_per_store + primed * config.num_envs)
 
     def train(key: Array) -> tuple[TrainState, dict[str, Array]]:
-        """``total_timesteps`` (rounded up to whole chunks); the reports are stacked per chunk."""
+        """``total_timesteps`` env steps, the warm-up's included (rounded up to whole chunks); the
+        reports are stacked per chunk."""
         return lax.scan(lambda s, _: chunk(s), init(key), None, length=chunks)
 
     return Plan(init=init, sample=sample, learn=learn, store=store, replay=replay, iteration=iteration, chunk=chunk,

@@ -31,7 +31,9 @@ class Schedule(NamedTuple):
     steps_per_store: int  # env steps one store adds: rollout_fragment_length * num_envs
     stores: int  # q of the ratio p / q (in lowest terms)
     replays: int  # p
-    warmup_stores: int  # stores before learning starts
+    # Stores before the first round: the first round's store is the one that brings the buffer
+    # to learning_starts items, and its replays follow (RLlib's replay op returns nothing before).
+    warmup_stores: int
     stores_per_chunk: int  # stores per report (a multiple of ``stores`` for a static pattern)
 
     @property
@@ -84,12 +86,14 @@ def make_schedule(*, steps_per_store: int, replayed_steps: int, training_intensi
     period = 1 if ratio.denominator > MAX_STATIC_STORES else ratio.denominator  # Schedule.period
     chunk = period * max(1, math.ceil(timesteps_per_iteration / (period * steps_per_store)))
     return Schedule(steps_per_store=steps_per_store, stores=ratio.denominator, replays=ratio.numerator,
-                    warmup_stores=math.ceil(learning_starts / steps_per_store), stores_per_chunk=chunk)
+                    warmup_stores=max(0, math.ceil(learning_starts / steps_per_store) - 1), stores_per_chunk=chunk)
 
 
-def count_chunks(total_timesteps: int, schedule: Schedule) -> int:
-    """Chunks that ``train`` runs: ``total_timesteps`` rounded up to whole chunks."""
-    return max(1, math.ceil(total_timesteps / schedule.steps_per_chunk))
+def count_chunks(total_timesteps: int, schedule: Schedule, warmup_steps: int = 0) -> int:
+    """Chunks that ``train`` runs after ``warmup_steps`` env steps of warm-up (``learning_starts``'s
+    stores, the n-step priming): ``total_timesteps`` of them all, rounded up to whole chunks, as
+    the Trainer counts its first iteration's steps."""
+    return max(1, math.ceil((total_timesteps - warmup_steps) / schedule.steps_per_chunk))
 
 
 def pay(credit: Any, schedule: Schedule) -> tuple[Any, Any]:

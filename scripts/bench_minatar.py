@@ -44,7 +44,8 @@ def tuned_config(timesteps: int) -> DQNConfig:
     name = "breakout-minatar-dqn.yaml"
     doc = documents.yaml_load(importlib.resources.files("jaxdqn").joinpath("tuned_examples", name).read_text())
     algo, config, _, _ = documents.document_to_spec(doc, name)
-    return dataclasses.replace(from_dict(config, algo), total_timesteps=timesteps)
+    config = from_dict(config, algo)
+    return dataclasses.replace(config, total_timesteps=config.learning_starts + timesteps)
 
 
 def make_floor(config: DQNConfig) -> Callable[[jax.Array], Any]:
@@ -94,7 +95,8 @@ def make_floor(config: DQNConfig) -> Callable[[jax.Array], Any]:
             return (obs, env_state, key, params, opt_state), None
 
         carry, _ = jax.lax.scan(warm, (obs, env_state, key, params), None, length=config.learning_starts)
-        carry, _ = jax.lax.scan(learn, (*carry, opt_state), None, length=config.total_timesteps)
+        # total_timesteps counts the warm-up's frames too, as make_train does
+        carry, _ = jax.lax.scan(learn, (*carry, opt_state), None, length=config.total_timesteps - config.learning_starts)
         return carry[3], carry[0]  # the observations too, or XLA drops the env as dead code
 
     return run

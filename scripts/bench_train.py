@@ -7,7 +7,7 @@ Adam 2.5e-4 (no clipping), no double / dueling / PER, epsilon 1 -> 0.05 over hal
 
 - ``floor``: a scan of only the vmapped env step + greedy action, and one SGD step of the same
   network on a fixed batch for every 10 env steps after learning starts: what any DQN must pay
-  (drawing from the same Philox keys as jaxdqn).
+  (drawing from the same random keys as jaxdqn: the config's ``prng_impl``).
 - ``jaxdqn``: ``jaxdqn.make_train`` at that config (uniform replay), one seed.
 - ``jaxdqn PER``: the same with prioritized replay (alpha 0.6, beta 0.4).
 - ``jaxdqn x8 seeds``: ``jax.vmap`` over 8 seeds, reported per seed-run (8x the work).

@@ -298,3 +298,36 @@ def jaxdqn_from_rllib(d):
     from jaxdqn import from_rllib
 
     return from_rllib(d, "dqn")
+
+
+@pytest.mark.parametrize("double_q", [True, False])
+def test_double_q_selects_with_the_online_network_and_evaluates_with_the_target(double_q):
+    """Hand-computed targets with online and target parameters that disagree: double Q takes
+    argmax_a Q_online(s', a) and its value under Q_target (van Hasselt et al. 2016); plain DQN
+    max_a Q_target(s', a). A swap of the two networks gives other numbers."""
+    config = DQNConfig(model=ModelConfig(fcnet_hiddens=(8,)), hiddens=(), dueling=False, double_q=double_q,
+                       td_error_loss_fn="mse")
+    net = QNetwork(3, config.model, config.head)
+    rng = np.random.default_rng(0)
+    obs, next_obs = (jnp.asarray(rng.normal(size=(16, 4)), jnp.float32) for _ in range(2))
+    online = net.init(jax.random.key(1), obs)
+    target = net.init(jax.random.key(2), obs)
+    q = lambda params, x: np.asarray(net.apply(params, x).q, np.float64)  # noqa: E731
+    q_next_online, q_next_target, q_now = q(online, next_obs), q(target, next_obs), q(online, obs)
+    assert (q_next_online.argmax(1) != q_next_target.argmax(1)).sum() >= 4  # the two choices differ
+    batch = Transition(obs=obs, action=jnp.asarray(rng.integers(0, 3, 16), jnp.int32),
+                       reward=jnp.asarray(rng.normal(size=16), jnp.float32),
+                       discount=jnp.asarray(np.where(rng.random(16) < 0.2, 0.0, 0.9), jnp.float32),
+                       next_obs=next_obs)
+    rows = np.arange(16)
+    if double_q:
+        bootstrap = q_next_target[rows, q_next_online.argmax(1)]
+    else:
+        bootstrap = q_next_target.max(1)
+    target_value = np.asarray(batch.reward) + np.asarray(batch.discount) * bootstrap
+    td = target_value - q_now[rows, np.asarray(batch.action)]
+    loss, (got_td, q_selected, mean_td_error) = learner.make_loss(config.loss, net)(
+        online, target, batch, jnp.ones(16), jax.random.key(3))
+    np.testing.assert_allclose(got_td, td, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(loss, np.mean(0.5 * td**2), rtol=1e-5)  # RLlib's MSE: 0.5 * td^2
+    np.testing.assert_allclose(mean_td_error, np.mean(-td), rtol=1e-4, atol=1e-6)

@@ -84,6 +84,20 @@ def test_n_step_matches_loops(length, n, seed):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("n", [17, 40, 100_000])
+def test_a_long_look_ahead_is_a_rolled_loop_with_the_same_returns(n):
+    """Beyond ``UNROLLED_N_STEP`` the sum runs as a loop (its program does not grow with n)."""
+    rng = np.random.default_rng(n)
+    length = 60
+    r = rng.normal(size=length).astype(np.float32)
+    term, trunc = rng.random(length) < 0.03, rng.random(length) < 0.02
+    fn = jax.jit(lambda *a: losses.n_step_returns(*a, gamma=0.97, n=n))
+    got = fn(jnp.asarray(r), jnp.asarray(term), jnp.asarray(trunc))
+    for g, w in zip(got, n_step_loops(r, term, trunc, 0.97, n)):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-5)
+    assert "while" in fn.lower(jnp.asarray(r), jnp.asarray(term), jnp.asarray(trunc)).as_text()
+
+
 def project_numpy(z_target, probs, z):
     """The textbook C51 projection with floor/ceil and the floor == ceil case."""
     v_min, v_max, n = z[0], z[-1], len(z)

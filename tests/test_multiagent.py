@@ -182,7 +182,7 @@ def test_independent_replay_keeps_each_policys_agents_and_reports_per_policy():
     for pid, tags, per_store in (("p0", {0.0}, 10), ("p1", {1.0, 2.0}, 20)):
         buffer = state.buffer[pid]
         count = int(size(buffer))
-        assert count == per_store * (2 + 4)  # 2 warm-up stores to learning_starts, then 4 of 10 env steps
+        assert count == per_store * (1 + 4)  # a warm-up store (the next reaches learning_starts), then 4 of 10 env steps
         items = jax.tree_util.tree_map(lambda x: np.asarray(x[:count]), buffer.storage.storage)
         assert set(np.unique(items.obs[:, 0])) == tags
         # 2-step returns of agent i: (i+1)(1 + gamma), or (i+1) on an episode's last step
@@ -214,7 +214,7 @@ def test_lockstep_replays_joint_steps_and_policies_to_train_freezes_the_rest():
     state, reports = jax.jit(plan.train)(jax.random.key(0))
     items = state.buffer["lockstep"].storage
     count = int(state.buffer["lockstep"].size)
-    assert count == 10 * (2 + 4)  # one joint item per env step
+    assert count == 10 * (1 + 4)  # one joint item per env step: a warm-up store, then 4
     # every joint item holds the three agents at the same time step
     times = np.stack([np.asarray(items[a].obs[:count, 1]) for a in TaggedEnv.agents])
     assert np.all(times == times[0])

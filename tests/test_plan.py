@@ -71,6 +71,77 @@ def test_a_tiny_or_absurd_training_intensity_is_refused_naming_the_key():
         make_plan(DQNConfig(**{**PLAIN, "training_intensity": 1e-9}))
 
 
+@pytest.mark.parametrize("starts, total", [(1000, 2000), (1000, 700)])
+def test_make_train_counts_the_warm_up_in_total_timesteps_as_the_trainer(starts, total):
+    """``total_timesteps`` env steps in all, the ``learning_starts`` warm-up included, rounded up
+    to whole chunks: the first chunk that reaches it is the last (the Trainer's stop)."""
+    config = DQNConfig(**{**PLAIN, "learning_starts": starts, "total_timesteps": total})
+    _, reports = jax.jit(make_train(config))(jax.random.key(0))
+    steps = np.asarray(reports["timesteps_total"])
+    assert steps[-1] >= total and (len(steps) == 1 or steps[-2] < total), steps
+
+
+def record_samples(config):
+    """``(plan, records)``: the plan with its default policy's buffer sampling as before and
+    recording, per replayed batch, the items added so far, the sampled priorities (ones for
+    uniform replay), the buffer's minimum priority and the importance weights."""
+    from jaxdqn.buffers import segment_tree
+
+    plan = make_plan(config)
+    bundle = plan.worker.policies["default_policy"]
+    real_sample, records = bundle.buffer.sample, []
+
+    def recording_sample(state, key, batch_size, beta=None):
+        sample = real_sample(state, key, batch_size, beta) if config.prioritized_replay else \
+            real_sample(state, key, batch_size)
+        if config.prioritized_replay:
+            storage, p = state.storage, segment_tree.leaf_values(state.trees, capacity=config.buffer_size)[0]
+            p_min = segment_tree.minimum(state.trees)
+        else:
+            storage, p, p_min = state, jnp.ones(config.buffer_size), jnp.float32(1)
+        jax.debug.callback(lambda *xs: records.append([np.asarray(x) for x in xs]), storage.num_added,
+                           p[sample.indices], p_min, sample.weights)
+        return sample
+
+    plan.worker.policies["default_policy"] = bundle._replace(buffer=bundle.buffer._replace(sample=recording_sample))
+    return plan, records
+
+
+def test_prioritized_weights_follow_beta_annealed_over_the_steps_sampled():
+    """Every replayed batch's importance weights are ``(p_i / p_min) ** -beta(t)``, with beta
+    annealed linearly from ``prioritized_replay_beta`` to ``final_prioritized_replay_beta`` over
+    ``prioritized_replay_beta_annealing_timesteps`` env steps ``t`` (RLlib's PiecewiseSchedule),
+    recorded from the buffer the plan samples, before and after the annealing's end."""
+    config = DQNConfig(**{**TINY, "prioritized_replay_beta": 0.2, "final_prioritized_replay_beta": 1.0,
+                          "prioritized_replay_beta_annealing_timesteps": 400})
+    plan, records = record_samples(config)
+    state = jax.jit(plan.init)(jax.random.key(0))
+    chunk = jax.jit(plan.chunk)
+    for _ in range(2):
+        state, _ = chunk(state)
+    jax.effects_barrier()
+    steps = np.array([int(r[0]) for r in records])  # one item per env step: items added = steps sampled
+    assert steps.min() < 400 < steps.max() and len(set(steps.tolist())) > 10
+    for t, p, p_min, weights in records:
+        beta = 0.2 + 0.8 * min(int(t) / 400, 1.0)
+        np.testing.assert_allclose(weights, (p / p_min) ** -beta, rtol=2e-5)
+    assert any(np.ptp(r[3]) > 0.05 for r in records)  # the priorities differ: beta shows in the weights
+
+
+@pytest.mark.parametrize("starts, prioritized", [(70, False), (64, True), (1, False)])
+def test_the_first_replay_comes_after_the_store_that_reaches_learning_starts(starts, prioritized):
+    """RLlib's replay buffer replays nothing while it holds fewer than ``learning_starts``
+    items; stores add ``rollout_fragment_length * num_envs = 16`` steps each, so with 70 the
+    first replay sees 80 items (after 64: none)."""
+    config = DQNConfig(**{**PLAIN, "learning_starts": starts, "prioritized_replay": prioritized})
+    assert config.rollout_fragment_length * config.num_envs == 16
+    plan, records = record_samples(config)
+    state, _ = jax.jit(plan.chunk)(jax.jit(plan.init)(jax.random.key(0)))
+    jax.effects_barrier()
+    added = [int(r[0]) for r in records]
+    assert added[0] == -(-starts // 16) * 16 and added == sorted(added)
+
+
 def test_target_syncs_when_more_than_freq_steps_were_sampled():
     config = SimpleQConfig(target_network_update_freq=48, **TINY)  # stores of 16 steps
     plan = make_plan(config)

@@ -166,7 +166,7 @@ def small_recurrent_config(**overrides):
     base = dict(env="MemoryChain-bsuite", env_params={"memory_length": 3},
                 model=ModelConfig(use_lstm=True, lstm_cell_size=8, fcnet_hiddens=(8,)), hiddens=(8,),
                 replay_sequence_length=5, burn_in=2, rollout_fragment_length=4, num_envs_per_worker=3,
-                train_batch_size=4, buffer_size=300, learning_starts=24, timesteps_per_iteration=24,
+                train_batch_size=4, buffer_size=300, learning_starts=36, timesteps_per_iteration=24,
                 total_timesteps=48, zero_init_states=False, n_step=2)
     base.update(overrides)
     return DQNConfig(**base)

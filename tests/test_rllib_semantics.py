@@ -16,7 +16,7 @@ from jaxdqn.trainer import Trainer
 from jaxdqn.types import Sample, Transition
 from tests.learner_pieces import optimizer_of, train_step_of
 
-TINY = dict(buffer_size=2000, learning_starts=64, num_envs_per_worker=4, timesteps_per_iteration=64,
+TINY = dict(buffer_size=2000, learning_starts=80, num_envs_per_worker=4, timesteps_per_iteration=64,
             model=ModelConfig(fcnet_hiddens=(16,)), train_batch_size=16, evaluation_num_episodes=3)
 
 

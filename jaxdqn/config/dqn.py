@@ -97,6 +97,11 @@ class Hyperparams(NamedTuple):
         return self._replace(**{k.rpartition(".")[2]: v for k, v in values.items()})
 
 
+MAX_TIMESTEPS = 2_000_000_000
+MAX_N_STEP = 1000  # a fragment holds n steps of every env; beyond a few dozen it is a Monte-Carlo return
+MAX_SGD_PER_STEP = 256  # SGD steps per env step: beyond it an iteration would not end in hours
+
+
 @dataclasses.dataclass(frozen=True)
 class DQNConfig:
     """DQN (Rainbow-capable) configuration; the defaults are RLlib 1.x's DQN defaults."""
@@ -104,7 +109,8 @@ class DQNConfig:
     # --- our keys ---
     env: str = key("CartPole-v1", env_name)
     env_params: tuple[tuple[str, Any], ...] = key((), env_params)  # a mapping is accepted and stored sorted
-    total_timesteps: int = key(100_000, integer(1), resumable=True)
+    # The plan's step counters are int32: a run's env steps stay below 2**31.
+    total_timesteps: int = key(100_000, integer(1, MAX_TIMESTEPS), resumable=True)
     seed: int = key(0, integer(0))
     num_devices: int | str = key(1, devices)  # devices the plan is pmapped over; "auto": all of them
     prng_impl: PrngImpl = key("threefry2x32", one_of(PrngImpl, " (JAX's random number generators)"))
@@ -142,11 +148,11 @@ class DQNConfig:
     tau: float = key(1.0, number(0.0, 1.0, open_low=True), traced=True, policy=True)
     prioritized_replay: bool = key(True, boolean)
     prioritized_replay_alpha: float = key(0.6, number(0.0), traced=True)
-    prioritized_replay_beta: float = key(0.4, number(0.0), traced=True)
-    final_prioritized_replay_beta: float = key(0.4, number(0.0), traced=True)
+    prioritized_replay_beta: float = key(0.4, number(0.0, 1.0), traced=True)
+    final_prioritized_replay_beta: float = key(0.4, number(0.0, 1.0), traced=True)
     prioritized_replay_beta_annealing_timesteps: int = key(20_000, integer(0), traced=True)
     prioritized_replay_eps: float = key(1e-6, number(0.0, open_low=True), traced=True)
-    n_step: int = key(1, integer(1))
+    n_step: int = key(1, integer(1, MAX_N_STEP))
     double_q: bool = key(True, boolean, policy=True)
     dueling: bool = key(True, boolean, policy=True)
     hiddens: tuple[int, ...] = key((256,), positive_ints, policy=True)
@@ -171,6 +177,14 @@ class DQNConfig:
         self.check_multiagent()
 
     def check_learner(self) -> None:
+        if self.training_intensity is not None:
+            per_step = self.training_intensity / (self.train_batch_size * self.sequence_length)
+            if per_step > MAX_SGD_PER_STEP:
+                fail("training_intensity", self.training_intensity,
+                     f"asks for {per_step:g} SGD steps per env step with train_batch_size={self.train_batch_size}"
+                     f"{f' x sequence length {self.sequence_length}' if self.sequence_length > 1 else ''}; "
+                     f"at most {MAX_SGD_PER_STEP} (training_intensity <= "
+                     f"{MAX_SGD_PER_STEP * self.train_batch_size * self.sequence_length})")
         if self.optimizer.type != "adam" and self.adam_epsilon != DQNConfig.adam_epsilon:
             fail("adam_epsilon", self.adam_epsilon, f"applies to Adam only; optimizer type is "
                  f"{self.optimizer.type!r} (set optimizer.epsilon)")
