@@ -193,15 +193,53 @@ def read_progress(run_dir: str | os.PathLike) -> list[list[dict[str, float]]]:
     for folder in folders:
         path = folder / "progress.csv"
         if path.exists():
-            with open(path, newline="") as f:
-                seeds.append([{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)])
+            reader = csv.DictReader(_whole_lines(path))
+            # A row glued to a torn one has more fields than the header (key None) or fewer (None values).
+            rows = [row for row in reader if None not in row and None not in row.values()]
+            seeds.append([{k: _number(v) for k, v in row.items()} for row in rows])
         elif (folder / "result.json").exists():  # a run logged without the csv logger
-            with open(folder / "result.json") as f:
-                rows = [flatten(json.loads(line)) for line in f if line.strip()]
+            rows = [flatten(r) for line in _whole_lines(folder / "result.json") if (r := _json_row(line))]
             seeds.append([{k: _number(v) for k, v in row.items()} for row in rows])
         else:
             raise FileNotFoundError(f"no progress.csv in {str(run_dir)!r} (looked for {path})")
     return seeds
+
+
+def cut_logs(run_dir: str | os.PathLike, iteration: int) -> None:
+    """Every ``result.json`` and ``progress.csv`` of a run folder (its seeds' too) cut back to
+    the rows of ``training_iteration <= iteration``, torn and garbled lines dropped, so that a run
+    resumed from that iteration's checkpoint logs each later iteration exactly once."""
+    run_dir = pathlib.Path(run_dir)
+    for path in run_dir.glob("**/result.json"):
+        _rewrite(path, [line for line in _whole_lines(path)
+                        if (row := _json_row(line)) and _number(row.get("training_iteration")) <= iteration])
+    for path in run_dir.glob("**/progress.csv"):
+        lines = _whole_lines(path)
+        if lines:
+            rows = csv.DictReader(lines)
+            keep = [line for line, row in zip(lines[1:], rows) if None not in row and None not in row.values()
+                    and _number(row.get("training_iteration")) <= iteration]
+            _rewrite(path, lines[:1] + keep)
+
+
+def _rewrite(path: pathlib.Path, lines: list[str]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in lines))
+    os.replace(tmp, path)
+
+
+def _whole_lines(path: pathlib.Path) -> list[str]:
+    """A log's lines that end in a newline: a last line without one was torn by a kill or a full
+    disk mid-write, and is skipped."""
+    return path.read_text(errors="replace").split("\n")[:-1]
+
+
+def _json_row(line: str) -> dict[str, Any] | None:
+    try:
+        row = json.loads(line)
+    except ValueError:  # a torn or garbled line
+        return None
+    return row if isinstance(row, dict) else None
 
 
 def _number(text: Any) -> float:

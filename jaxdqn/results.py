@@ -30,10 +30,32 @@ def merge_reports(reports: list[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+DIVERGENCE_STATS = ("loss", "grad_gnorm")  # mean_q of sequences is NaN when a batch trains no step
+
+
+def divergence(report: Mapping[str, Any]) -> str | None:
+    """What in an iteration's report (host arrays, ``[R]`` with vmapped runs) is non-finite: the
+    first learner statistic (loss, gradient norm) or the online parameters, naming the run;
+    None when all is finite."""
+    checks = [(k, v) for k, v in report.items()
+              if k.startswith("learner/") and k.rsplit("/", 1)[1] in DIVERGENCE_STATS]
+    for key, value in checks:
+        bad = ~np.isfinite(np.asarray(value))
+        if bad.any():
+            run = f" (run {int(np.argmax(bad.reshape(-1)))})" if bad.ndim else ""
+            _, pid, stat = key.split("/")
+            return f"policy {pid}'s {stat} is {np.asarray(value).reshape(-1)[np.argmax(bad.reshape(-1))]}{run}"
+    finite = np.asarray(report.get("params_finite", True))
+    if not finite.all():
+        run = f" (run {int(np.argmin(finite.reshape(-1)))})" if finite.ndim else ""
+        return f"the online parameters hold non-finite values{run}"
+    return None
+
+
 def result_dict(report: Mapping[str, Any], *, iteration: int, time_this_iter_s: float,
                 time_total_s: float) -> dict[str, Any]:
     """RLlib's result layout from one seed's iteration report (host scalars)."""
-    r = {k: _scalar(v) for k, v in report.items()}
+    r = {k: _scalar(v) for k, v in report.items() if k != "params_finite"}
     trained_this_iter = r.pop("num_steps_trained_this_iter")
     timesteps_this_iter = r.pop("timesteps_this_iter")
     seconds = max(time_this_iter_s, 1e-9)

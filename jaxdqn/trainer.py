@@ -21,11 +21,12 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxdqn
-from jaxdqn import checkpoint, envs, exploration, parallel, sweep
+from jaxdqn import checkpoint, envs, exploration, metrics, parallel, sweep
 from jaxdqn.config import DEFAULT_POLICY, DQNConfig, algo_of, classified, from_dict, to_dict
+from jaxdqn.errors import Diverged
 from jaxdqn.policy import BatchHook
 from jaxdqn.resources import check_memory, warn_without_kernels
-from jaxdqn.results import merge_reports, result_dict
+from jaxdqn.results import divergence, merge_reports, result_dict
 from jaxdqn.rollout import Memory
 
 # Keys that may differ between a checkpoint and the config that restores it (``resumable``
@@ -33,7 +34,8 @@ from jaxdqn.rollout import Memory
 # arithmetic of a step.
 RESUMABLE_KEYS = frozenset(classified(DQNConfig, "resumable"))
 EVAL_STREAM = 0x5EED  # folded into the seed for evaluation keys, apart from training's keys
-CHECKPOINT_FORMAT = 5  # 4: an ALE batch's frames stored once; 5: one rollout state for one agent or several
+CHECKPOINT_FORMAT = 6  # 4: an ALE batch's frames stored once; 5: one rollout state for one agent or several;
+# 6: a manifest of checksums
 
 
 def apply_overrides(config: DQNConfig, overrides: Mapping[str, Any]) -> DQNConfig:
@@ -202,6 +204,10 @@ class Trainer:
             self._state = state
         report = merge_reports(reports)
         seconds = time.perf_counter() - start
+        problem = divergence(report)
+        if problem is not None:  # the state stays (for inspection); saving and evaluating it are refused
+            raise Diverged(f"training diverged in iteration {self.iteration + 1}: {problem}; lower lr, or "
+                           "clip gradients (grad_clip)")
         self.iteration += 1
         self.time_total_s += seconds
         timing = dict(iteration=self.iteration, time_this_iter_s=seconds, time_total_s=self.time_total_s)
@@ -239,7 +245,14 @@ class Trainer:
         """``evaluation_num_episodes`` episodes, greedy or (``evaluation_config.explore``)
         epsilon-greedy at the current epsilon: ``{"evaluation": {episode_reward_mean, ...}}``
         (per seed and trial, shaped as ``train()``'s results)."""
+        self._refuse_nonfinite(self._run_params(), "evaluate")
         return self._nest(self._evaluate_runs())
+
+    def _refuse_nonfinite(self, tree: Any, what: str) -> None:
+        """``Diverged`` if ``tree`` (params, or learner states) holds a NaN or an infinity."""
+        leaves = jax.tree_util.tree_leaves(jax.device_get(tree))
+        if not all(np.isfinite(x).all() for x in leaves if np.issubdtype(np.asarray(x).dtype, np.inexact)):
+            raise Diverged(f"cannot {what}: the learner's parameters hold non-finite values (a diverged run)")
 
     def _evaluate_runs(self) -> list[dict[str, Any]]:
         def stream(seed: int) -> Any:
@@ -342,6 +355,7 @@ class Trainer:
         processes every process must call it: the state is gathered, and orbax has process 0
         write it while the others wait."""
         state = self.runner.to_host(self.state)
+        self._refuse_nonfinite(state.learner, "save")
         return str(checkpoint.save(checkpoint_dir, self.iteration, state, self._meta(), keep=keep))
 
     def restore(self, path: str | os.PathLike, *, learner_only: bool = False) -> None:
@@ -379,8 +393,14 @@ class Trainer:
         if problems:
             raise ValueError(f"checkpoint {str(checkpoint.resolve(path))!r} does not fit this Trainer: "
                              + "; ".join(problems))
-        saved_config = self.config.replace(num_devices=saved_devices)
+        # The episode rings are sized by timesteps_per_iteration: restored at the saved size, then resized.
+        saved_config = self.config.replace(num_devices=saved_devices, timesteps_per_iteration=meta.get(
+            "config", {}).get("timesteps_per_iteration", self.config.timesteps_per_iteration))
         state, meta = checkpoint.restore(path, parallel.global_template(saved_config, saved_devices, self._runs))
+        if saved_config.timesteps_per_iteration != self.config.timesteps_per_iteration:
+            wanted = parallel.global_template(self.config.replace(num_devices=saved_devices), saved_devices,
+                                              self._runs)
+            state = state._replace(metrics=metrics.resize_rings(state.metrics, wanted.metrics))
         if saved_devices != devices or learner_only:
             state = self.runner.replicate(parallel.unreplicate_global(state, saved_devices, self._runs))
         if learner_only:

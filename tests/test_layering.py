@@ -9,7 +9,7 @@ import sys
 import jaxdqn
 
 PACKAGE = pathlib.Path(jaxdqn.__file__).parent
-SHELL = {"jaxdqn.cli", "jaxdqn.cli.__main__", "jaxdqn.cli.commands", "jaxdqn.cli.documents",
+SHELL = {"jaxdqn.cli", "jaxdqn.cli.__main__", "jaxdqn.cli.commands", "jaxdqn.cli.documents", "jaxdqn.cli.folders",
          "jaxdqn.cli.info",
          "jaxdqn.cli.loop", "jaxdqn.cli.plot", "jaxdqn.cli.sweeps", "jaxdqn.cli.usage", "jaxdqn.trainer",
          "jaxdqn.results", "jaxdqn.resources", "jaxdqn.checkpoint", "jaxdqn.logging", "jaxdqn.distributed"}

@@ -201,8 +201,9 @@ def test_two_processes_with_two_devices_each_train_in_lockstep(tmp_path):
     """``jaxdqn train`` as 2 local processes x 2 CPU devices (gloo): one program over 4 devices.
     All 4 devices end with the same params, process 0 alone writes the run folder, and the first
     iteration matches the same config on 4 devices of one process (to float tolerance: the
-    all-reduce runs over gloo instead of in-process)."""
-    config = {**TINY, "model": {"fcnet_hiddens": [16]}, "hiddens": [16], "num_devices": "auto",
+    all-reduce runs over gloo instead of in-process). The config does not set num_devices: a
+    multi-process command uses every device ("auto")."""
+    config = {**TINY, "model": {"fcnet_hiddens": [16]}, "hiddens": [16],
               "timesteps_per_iteration": 32, "total_timesteps": 256}
     (tmp_path / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
     port, run = free_port(), tmp_path / "run"

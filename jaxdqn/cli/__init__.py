@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
+import pathlib
 import sys
 from typing import Sequence
 
 from jaxdqn.cli.commands import evaluate, train
 from jaxdqn.cli.info import info
+from jaxdqn.cli.loop import Interrupted
 from jaxdqn.cli.plot import plot
 from jaxdqn.cli.usage import UsageError
+from jaxdqn.errors import Diverged, SaveError
 
 
 class Parser(argparse.ArgumentParser):
@@ -42,6 +46,8 @@ def make_parser() -> Parser:
                    help="save every N iterations (a final checkpoint is always written)")
     t.add_argument("--keep", type=int, metavar="N", help="keep only the newest N checkpoints")
     t.add_argument("--resume", metavar="PATH", help="continue from a checkpoint (or a run folder's newest)")
+    t.add_argument("--overwrite", action="store_true", help="delete what --out holds and start again (without "
+                   "it, a folder that holds a run is refused)")
     t.add_argument("--quiet", action="store_true", help="no progress bar or table")
     t.add_argument("--logger", action="append", choices=["csv", "tensorboard", "wandb"],
                    help="result output besides result.json (repeatable; default csv): progress.csv, TensorBoard "
@@ -109,6 +115,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"jaxdqn: error: {e}", file=sys.stderr)
         return 2
+    except (SaveError, Diverged) as e:  # the run stopped; what it had saved is intact
+        print(f"jaxdqn: error: {e}", file=sys.stderr)
+        return 1
+    except Interrupted as e:
+        resume = (f"continue with: jaxdqn train --resume {pathlib.Path(e.path).parent}" if not e.sweep else
+                  "a sweep continues through the Python API (jaxdqn.Trainer.from_checkpoint)")
+        print(f"jaxdqn: {e}; {resume}", file=sys.stderr)
+        return 128 + e.signum
     except KeyboardInterrupt:
-        print("jaxdqn: interrupted", file=sys.stderr)
+        print("jaxdqn: interrupted (nothing saved since the last checkpoint)", file=sys.stderr)
         return 130
+
+
+def console() -> None:
+    """The console script: ``main``, and after an interrupt an exit that skips the interpreter's
+    teardown (which can crash while XLA's compiler threads are still at work)."""
+    code = main()
+    if code > 128:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

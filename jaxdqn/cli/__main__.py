@@ -1,7 +1,5 @@
 """``python -m jaxdqn.cli``: the ``jaxdqn`` command."""
 
-import sys
+from jaxdqn.cli import console
 
-from jaxdqn.cli import main
-
-sys.exit(main())
+console()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import pathlib
 import sys
+from typing import Iterator
 
-from jaxdqn.cli.documents import build_run
-from jaxdqn.cli.loop import checkpointing, default_folder, print_summary, run_loop, stop_of
+from jaxdqn.cli.documents import Run, build_run, multi_process
+from jaxdqn.cli.folders import FolderLock, check_fresh, check_writable, clear
+from jaxdqn.cli.loop import StopSignal, checkpointing, default_folder, print_summary, run_loop, stop_of
 from jaxdqn.cli.sweeps import train_sweep
 from jaxdqn.cli.usage import UsageError, as_usage_errors
 
@@ -16,7 +19,7 @@ def start_processes(args: argparse.Namespace, fake_devices: int | None = None) -
     """Forced host devices and ``jax.distributed``, before JAX computes anything."""
     from jaxdqn import distributed as processes
 
-    distributed = args.distributed or args.coordinator is not None or args.num_processes is not None
+    distributed = multi_process(args)
     local = args.local_devices or fake_devices
     with as_usage_errors():
         if distributed:
@@ -31,44 +34,91 @@ def start_processes(args: argparse.Namespace, fake_devices: int | None = None) -
 
 
 def train(args: argparse.Namespace) -> int:
-    from jaxdqn.config import algo_of, to_dict
     from jaxdqn.logging import check_loggers
 
     loggers = args.logger or ["csv"]
     with as_usage_errors():
         check_loggers(loggers)
     fake_devices, run = None, None
-    if not args.resume:
+    if args.resume:
+        clash = [f for f in ("config", "algo", "env", "set", "seeds", "overwrite") if getattr(args, f)]
+        if clash:
+            raise UsageError(f"--resume takes the config from the checkpoint; drop --{clash[0]}")
+    else:
         with as_usage_errors():
             run = build_run(args)
         fake_devices = run.fake_devices
+    with StopSignal() as stop_signal:  # from here on, Ctrl-C stops cleanly
+        return train_from(args, run, fake_devices, loggers, stop_signal)
+
+
+def train_from(args: argparse.Namespace, run: Run | None, fake_devices: int | None, loggers: list[str],
+               stop_signal: StopSignal) -> int:
+    """``jaxdqn train`` once its arguments are checked: processes, the run folder, the run."""
+    from jaxdqn.config import algo_of
+
     every, keep, at_end = checkpointing(args, run)
     start_processes(args, fake_devices)  # before anything imports gymnax (which starts JAX)
-    from jaxdqn import checkpoint
-    from jaxdqn.logging import RunLogger
-    from jaxdqn.trainer import Trainer
+    import jax
+
     if args.resume:
-        clash = [f for f in ("config", "algo", "env", "set", "seeds") if getattr(args, f)]
-        if clash:
-            raise UsageError(f"--resume takes the config from the checkpoint; drop --{clash[0]}")
+        with as_usage_errors():
+            resumed = resume_point(args.resume)
+        run_dir = pathlib.Path(args.out) if args.out else resumed.resolve().parent
+    else:
+        run_dir = pathlib.Path(args.out) if args.out else default_folder(run, algo_of(run.config), run.config.env)
+    writer = jax.process_index() == 0  # one process writes logs and checkpoints
+    fresh = not args.resume or run_dir.resolve() != resumed.resolve().parent
+    if args.resume:
+        args.resume = str(resumed)  # the intact checkpoint found, once
+    with claimed(run_dir, fresh=fresh, overwrite=args.overwrite, writer=writer):
+        return train_in(args, run, run_dir, writer, loggers, (every, keep, at_end), stop_signal)
+
+
+def resume_point(path: str) -> pathlib.Path:
+    """The checkpoint ``--resume`` names, or a run folder's newest intact one, saying which newer
+    damaged ones it passed over."""
+    from jaxdqn import checkpoint
+
+    folder = pathlib.Path(path)
+    if checkpoint.PATTERN.match(folder.name) or not folder.is_dir():
+        return checkpoint.resolve(folder)
+    found, passed_over = checkpoint.newest_intact(folder)
+    if found is None:
+        return checkpoint.resolve(folder)  # the error: none at all, or every one damaged
+    for line in passed_over:
+        print(f"jaxdqn: {line}; resuming from {found.name}, the newest intact one", file=sys.stderr)
+    return found
+
+
+def train_in(args: argparse.Namespace, run: Run | None, run_dir: pathlib.Path, writer: bool, loggers: list[str],
+             checkpoints: tuple[int, int | None, bool], stop_signal: StopSignal) -> int:
+    """``jaxdqn train`` in its claimed run folder."""
+    from jaxdqn import checkpoint
+    from jaxdqn.config import algo_of, to_dict
+    from jaxdqn.logging import RunLogger, cut_logs
+    from jaxdqn.trainer import Trainer
+
+    every, keep, at_end = checkpoints
+    if args.resume:
+        resumed = checkpoint.resolve(args.resume)
         overrides = {"total_timesteps": args.timesteps} if args.timesteps is not None else {}
         with as_usage_errors():
-            if checkpoint.read_meta(args.resume).get("trials") is not None:
+            if checkpoint.read_meta(resumed).get("trials") is not None:
                 raise UsageError(f"--resume {args.resume}: a sweep's checkpoint resumes through the Python API "
                                  "(jaxdqn.Trainer.from_checkpoint), not the command line")
-            trainer = Trainer.from_checkpoint(args.resume, **overrides)
-        config, seeds, source = trainer.config, trainer.num_seeds, f"checkpoint {args.resume}"
+            trainer = Trainer.from_checkpoint(resumed, **overrides)
+        config, seeds, source = trainer.config, trainer.num_seeds, f"checkpoint {resumed}"
         stop = {"timesteps_total": config.total_timesteps}
-        run_dir = pathlib.Path(args.out) if args.out else checkpoint.resolve(args.resume).resolve().parent
+        if writer:
+            cut_logs(run_dir, trainer.iteration)  # rows after the checkpoint are logged again
     else:
         if run.is_sweep:
-            return train_sweep(args, run, loggers, (every, keep, at_end))
+            return train_sweep(args, run, run_dir, loggers, (every, keep, at_end), stop_signal)
         config, seeds, source = run.config, run.seeds, run.source
         stop = stop_of(run, config)
         with as_usage_errors():
             trainer = Trainer(config, num_seeds=seeds)
-        run_dir = pathlib.Path(args.out) if args.out else default_folder(run, algo_of(config), config.env)
-    writer = trainer.layout.process_index == 0  # one process writes logs and checkpoints
     quiet = args.quiet or not writer
     params = {"algo": algo_of(config), "seeds": seeds or 1, "stop": stop, **to_dict(config)}
     with as_usage_errors():
@@ -77,7 +127,7 @@ def train(args: argparse.Namespace) -> int:
     say(f"jaxdqn: {algo_of(config)} on {config.env}, {seeds or 1} seed(s), {trainer.layout.describe()}, "
         f"config from {source}; run folder {run_dir}")
     try:
-        outcome = run_loop(trainer, stop, [logger], run_dir, every, keep, quiet)
+        outcome = run_loop(trainer, stop, [logger], run_dir, every, keep, quiet, stop_signal=stop_signal)
     finally:
         if logger is not None:
             logger.close()
@@ -85,6 +135,26 @@ def train(args: argparse.Namespace) -> int:
     results, reason = outcome[0]
     print_summary(results, reason, path, quiet=quiet)
     return 0
+
+
+@contextlib.contextmanager
+def claimed(run_dir: pathlib.Path, *, fresh: bool, overwrite: bool, writer: bool) -> Iterator[None]:
+    """The run folder checked (writable; empty for a new run, unless ``overwrite`` clears it) and
+    locked, before anything compiles; released at the end. Only the writing process claims it."""
+    if not writer:
+        yield
+        return
+    check_writable(run_dir)
+    if fresh:
+        check_fresh(run_dir, overwrite=overwrite)
+    existed = run_dir.exists()
+    lock = FolderLock(run_dir).acquire()
+    try:
+        if fresh and overwrite:
+            clear(run_dir)
+        yield
+    finally:
+        lock.release(remove_folder=not existed)
 
 
 def evaluate(args: argparse.Namespace) -> int:

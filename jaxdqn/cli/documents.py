@@ -77,6 +77,10 @@ def read_yaml(path: str) -> Any:
             return yaml_load(f)
     except FileNotFoundError:
         raise UsageError(f"--config {path!r}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"--config {path!r} is a folder: give a YAML file (or a run's params.json)") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--config {path!r} cannot be read: {getattr(e, 'strerror', None) or e}") from None
     except yaml.YAMLError as e:
         raise UsageError(f"--config {path!r} is not valid YAML: {' '.join(str(e).split())}") from None
 
@@ -207,12 +211,27 @@ class Run(NamedTuple):
         return len(self.trials) > 1 or bool(self.trials[0][0])
 
 
+def multi_process(args: argparse.Namespace) -> bool:
+    """The flags start a multi-process run (``jax.distributed``)."""
+    return bool(getattr(args, "distributed", False) or getattr(args, "coordinator", None) is not None
+                or getattr(args, "num_processes", None) is not None)
+
+
 def build_run(args: argparse.Namespace) -> Run:
     """The run the flags ask for; raises UsageError / ValueError (every trial's config is built,
     so a bad value in any trial is refused before anything compiles)."""
     from jaxdqn import sweep
     from jaxdqn.config import from_dict
 
+    length = [a for a in args.set or [] if a.partition("=")[0].strip() == "total_timesteps"]
+    if length and args.timesteps is not None:
+        raise UsageError(f"--set {length[-1]} contradicts --timesteps {args.timesteps}: give the run's length once")
+    if length:  # the run's length, as --timesteps: the stop block's timesteps_total follows it
+        value = parse_value(length[-1].partition("=")[2])
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise UsageError(f"total_timesteps={value!r} is invalid: must be an int")
+        args = argparse.Namespace(**{**vars(args), "timesteps": value,
+                                     "set": [a for a in args.set if a not in length]})
     if args.config:
         algo, variants, stop, seeds, options = document_variants(read_yaml(args.config), args.config)
         source = args.config
@@ -247,6 +266,8 @@ def build_run(args: argparse.Namespace) -> Run:
             config["env"] = args.env
         if args.timesteps is not None:
             config["total_timesteps"] = args.timesteps
+        if multi_process(args) and "num_devices" not in config:
+            config["num_devices"] = "auto"  # a multi-process run spans every process's devices
         for assignment in args.set or []:
             apply_set(config, assignment)
         with as_usage_errors():

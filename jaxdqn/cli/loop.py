@@ -4,12 +4,18 @@ live progress bar, loggers and checkpoints, and the summary table at the end."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import math
+import os
 import pathlib
+import signal
+import sys
+import threading
 from typing import Any, Mapping
 
 from jaxdqn.cli.documents import STOP_KEYS, Run
+from jaxdqn.errors import Diverged
 
 
 def checkpointing(args: argparse.Namespace, run: Run | None) -> tuple[int, int | None, bool]:
@@ -47,14 +53,64 @@ def mean_over(results: list[dict[str, Any]], key: str) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
+Q_WARNING = 1e9  # |Q| beyond this is reported once: no tuned task has returns near it
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM stopped the run after the iteration it was in; ``path`` is the checkpoint
+    saved then."""
+
+    def __init__(self, signum: int, path: str, iteration: int, *, sweep: bool) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name} after iteration {iteration}; checkpoint "
+                         f"saved: {path}")
+        self.signum, self.path, self.iteration, self.sweep = signum, path, iteration, sweep
+
+
+class StopSignal:
+    """While open: SIGINT (Ctrl-C) or SIGTERM. Once the run loop has ``armed`` it (an iteration
+    has finished, so there is a state to save), the first signal asks it to save a checkpoint at
+    the end of the current iteration and stop; before that (imports, compile), or at a second
+    signal, the process exits at once with ``128 + signal`` (no teardown: the interpreter's can
+    crash while XLA compiles). Outside the main thread (signals cannot be caught there) it does
+    nothing."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.armed = False
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopSignal":
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self.previous[signum] = signal.signal(signum, self.handle)
+        return self
+
+    def handle(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if not self.armed or self.received is not None:
+            print(f"\njaxdqn: {name}: stopped at once (nothing saved since the last checkpoint)", file=sys.stderr,
+                  flush=True)
+            sys.stdout.flush()
+            os._exit(128 + signum)
+        self.received = signum
+        print(f"\njaxdqn: {name}: saving a checkpoint at the end of this iteration, then stopping (Ctrl-C again "
+              "stops at once)", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+
 def run_loop(trainer: Any, stop: Mapping[str, Any], loggers: list[Any], run_dir: pathlib.Path, every: int,
-             keep: int | None, quiet: bool, label: str = "training") -> list[tuple[list[dict[str, Any]], str]]:
+             keep: int | None, quiet: bool, label: str = "training", stop_signal: StopSignal | None = None
+             ) -> list[tuple[list[dict[str, Any]], str]]:
     """``train()`` until a stop criterion holds, with a live progress bar and checkpoints.
 
     ``loggers``: one per trial (one for a run without trials). Each trial stops on its own, as
     in Tune: the first iteration at which every seed of it meets a criterion is its last logged
     one (``done: True``); the program runs until every trial has stopped. Returns each trial's
-    ``(last results per seed, reason)``."""
+    ``(last results per seed, reason)``. ``stop_signal``: the command's (one of its own if None);
+    a signal it received ends the loop with ``Interrupted`` after a checkpoint."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -63,13 +119,26 @@ def run_loop(trainer: Any, stop: Mapping[str, Any], loggers: list[Any], run_dir:
                TextColumn("return {task.fields[ret]}"), TextColumn("{task.fields[sps]} steps/s"),
                TimeRemainingColumn()]
     outcome: list[tuple[list[dict[str, Any]], str] | None] = [None] * len(loggers)
-    with Progress(*columns, console=Console(stderr=True), disable=quiet) as progress:
+    warned = False
+    signals = contextlib.nullcontext(stop_signal) if stop_signal is not None else StopSignal()
+    with Progress(*columns, console=Console(stderr=True), disable=quiet) as progress, signals as stop_signal:
         task = progress.add_task(label, total=total, completed=min(trainer.timesteps_total, total),
                                  ret="-", sps="-")
         while True:
-            out = trainer.train()
+            try:
+                out = trainer.train()
+            except Diverged as e:
+                raise Diverged(f"{e}; {kept_checkpoint(run_dir)}") from None
+            stop_signal.armed = True  # from now on a signal saves this state
             per_trial = out if trainer.trials is not None else [out]
             per_trial = [t if isinstance(t, list) else [t] for t in per_trial]
+            q = max((abs(s["learner_stats"][k]) for results in per_trial for r in results
+                     for s in r.get("info", {}).get("learner", {}).values() for k in ("min_q", "max_q")),
+                    default=0.0)
+            if q > Q_WARNING and not warned:
+                warned = True
+                print(f"jaxdqn: warning: |Q| reaches {q:.3g} in iteration {trainer.iteration}: the values are "
+                      "diverging (lower lr, or clip gradients with grad_clip)", file=sys.stderr)
             for t, results in enumerate(per_trial):
                 if outcome[t] is not None:
                     continue  # stopped earlier: Tune would not report it again
@@ -86,10 +155,21 @@ def run_loop(trainer: Any, stop: Mapping[str, Any], loggers: list[Any], run_dir:
             progress.update(task, completed=min(first["timesteps_total"], total),
                             ret="-" if math.isnan(mean_return) else f"{mean_return:.1f}",
                             sps=f"{first['num_env_steps_sampled_throughput_per_sec'] * len(runs):,.0f}")
+            if stop_signal.received is not None:
+                raise Interrupted(stop_signal.received, trainer.save(run_dir, keep=keep), trainer.iteration,
+                                  sweep=trainer.trials is not None or label != "training")
             if every and trainer.iteration % every == 0:
                 trainer.save(run_dir, keep=keep)
             if all(o is not None for o in outcome):
                 return outcome
+
+
+def kept_checkpoint(run_dir: pathlib.Path) -> str:
+    """Where the last good state is, after a run stopped."""
+    from jaxdqn import checkpoint
+
+    found = checkpoint.finished(run_dir)
+    return f"the last checkpoint, {found[-1]}, holds the state before it" if found else "no checkpoint was saved"
 
 
 def print_summary(results: list[dict[str, Any]], reason: str, path: str | None, *, quiet: bool) -> None:

@@ -10,7 +10,7 @@ import sys
 from typing import Any, Mapping
 
 from jaxdqn.cli.documents import RUN_NAMES, Run
-from jaxdqn.cli.loop import default_folder, mean_over, run_loop, stop_of
+from jaxdqn.cli.loop import StopSignal, mean_over, run_loop, stop_of
 from jaxdqn.cli.usage import as_usage_errors
 
 
@@ -22,8 +22,8 @@ def trial_folder(algo: str, env: str, index: int, variables: Mapping[str, Any]) 
     return name.replace("/", "_")[:200]
 
 
-def train_sweep(args: argparse.Namespace, run: Run, loggers: list[str], checkpoints: tuple[int, int | None, bool]
-                ) -> int:
+def train_sweep(args: argparse.Namespace, run: Run, experiment: pathlib.Path, loggers: list[str],
+                checkpoints: tuple[int, int | None, bool], stop_signal: StopSignal | None = None) -> int:
     """Every trial of a ``grid_search`` sweep: the trials that differ only in traced keys as one
     vmapped program each (``sweep.group_trials``), one Tune-style folder per trial, then a
     summary table (``summary.csv`` too)."""
@@ -44,7 +44,6 @@ def train_sweep(args: argparse.Namespace, run: Run, loggers: list[str], checkpoi
             trainers.append(Trainer(configs[members[0]], num_seeds=seeds,
                                     trials=overrides if len(members) > 1 else None))
     every, keep, at_end = checkpoints
-    experiment = pathlib.Path(args.out) if args.out else default_folder(run, algo, run.config.env)
     writer = trainers[0].layout.process_index == 0
     quiet = args.quiet or not writer
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
@@ -67,7 +66,7 @@ def train_sweep(args: argparse.Namespace, run: Run, loggers: list[str], checkpoi
             say(f"program {k + 1}/{len(programs)}: trials {members}, {trainer.layout.describe()}")
             program_dir = experiment / f"program_{k}"
             outcome = run_loop(trainer, stop_of(run, configs[members[0]]), [loggers_of[i] for i in members],
-                               program_dir, every, keep, quiet, label=f"program {k + 1}/{len(programs)}")
+                               program_dir, every, keep, quiet, label=f"program {k + 1}/{len(programs)}", stop_signal=stop_signal)
             path = trainer.save(program_dir, keep=keep) if at_end else ""
             del trainer
             for i, (results, reason) in zip(members, outcome):
