@@ -50,9 +50,10 @@ class Worker(NamedTuple):
         return policy.greedy(self.policies[policy_id], params[policy_id], obs, memory)
 
 
-def make_buffer(config: DQNConfig, hyper: Hyperparams, capacity: int) -> ReplayBuffer:
-    """The uniform or prioritized buffer of ``capacity`` items that ``config`` asks for."""
-    if config.prioritized_replay:
+def make_buffer(prioritized: bool, hyper: Hyperparams, capacity: int) -> ReplayBuffer:
+    """The uniform or (``prioritized``) prioritized buffer of ``capacity`` items, with the
+    priority exponents of ``hyper``."""
+    if prioritized:
         return buffers.prioritized(capacity, alpha=hyper.prioritized_replay_alpha, eps=hyper.prioritized_replay_eps)
     return buffers.uniform(capacity)
 
@@ -98,14 +99,14 @@ def single_agent(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer
     recurrent, length, n = config.model.use_lstm, config.rollout_fragment_length, config.n_step
     frames = stores_frames_once(spec)
     if recurrent:
-        buffer = make_buffer(config, hyper, sequence_capacity(config, num_envs, buffer_size))
+        buffer = make_buffer(config.prioritized_replay, hyper, sequence_capacity(config, num_envs, buffer_size))
 
         def items(window: rollout.RawStep) -> dict[str, tuple[Any, Array | None]]:
             return {DEFAULT_POLICY: (rollout.sequence_items(
                 window, seq_len=config.sequence_length, burn_in=config.burn_in, gamma=hyper.gamma,
                 zero_init_states=config.zero_init_states), None)}
     else:
-        buffer = make_buffer(config, hyper, buffer_size)
+        buffer = make_buffer(config.prioritized_replay, hyper, buffer_size)
         if frames:
             buffer = buffers.frame_replay(buffer, capacity=buffer_size, num_envs=num_envs, fragment_length=length,
                                           n_step=n, stack=spec.obs_shape[-1])
@@ -138,12 +139,12 @@ def single_agent(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer
                   primed=not recurrent,
                   init=lambda key: rollout.init(env, key, num_envs, pending, recurrent_state=initial,
                                                 acted=envs.is_batched(spec)),
-                  behaviour=behaviour, view=reward_view(config, clip_atari=atari.is_atari(config.env)), items=items,
-                  policy_episodes=lambda episodes: {}, evaluate=evaluate)
+                  behaviour=behaviour, items=items, policy_episodes=lambda episodes: {}, evaluate=evaluate,
+                  view=reward_view(config.clip_rewards, config.no_done_at_end, clip_atari=atari.is_atari(config.env)))
 
 
-def reward_view(config: DQNConfig, *, clip_atari: bool = False) -> rollout.View | None:
+def reward_view(clip_rewards: Any, no_done_at_end: bool, *, clip_atari: bool = False) -> rollout.View | None:
     """RLlib's ``clip_rewards`` (None: sign clipping for Atari, its DeepMind preprocessing, none
     else) and ``no_done_at_end``, as the view the learner gets of each step."""
-    clip = True if config.clip_rewards is None and clip_atari else config.clip_rewards
-    return rollout.make_view(clip_rewards=clip, no_done_at_end=config.no_done_at_end)
+    clip = True if clip_rewards is None and clip_atari else clip_rewards
+    return rollout.make_view(clip_rewards=clip, no_done_at_end=no_done_at_end)

@@ -295,3 +295,31 @@ def test_a_divisibility_error_suggests_two_distinct_values(batch, devices, sugge
 
     with pytest.raises(ValueError, match=f"train_batch_size={batch} is invalid with num_devices={devices}.*{suggested}"):
         split_totals(DQNConfig(train_batch_size=batch, buffer_size=4000, num_envs_per_worker=4), devices)
+
+
+class BlowingUpTrainer:
+    """Stands in for a Trainer in ``run_loop``: one seed whose Q values grow 1000x per iteration."""
+
+    trials = None
+
+    def __init__(self):
+        self.iteration = 0
+        self.timesteps_total = 0
+
+    def train(self):
+        self.iteration += 1
+        self.timesteps_total += 100
+        q = 10.0 ** (3 * self.iteration)
+        stats = {"min_q": -q, "max_q": q}
+        return {"episode_reward_mean": 1.0, "timesteps_total": self.timesteps_total,
+                "training_iteration": self.iteration, "num_env_steps_sampled_throughput_per_sec": 1.0,
+                "info": {"learner": {"default_policy": {"learner_stats": stats}}}}
+
+
+def test_q_values_running_away_are_reported_once_while_still_finite(tmp_path, capsys):
+    from jaxdqn.cli import loop
+
+    loop.run_loop(BlowingUpTrainer(), {"timesteps_total": 600}, [None], tmp_path, 0, None, True)
+    err = capsys.readouterr().err
+    assert err.count("warning: |Q| reaches") == 1 and "|Q| reaches 1e+12 in iteration 4" in err
+    assert "lower lr" in err

@@ -84,8 +84,8 @@ def make_worker(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer_
     if per_store > buffer_size:
         raise ValueError(f"buffer_size={config.buffer_size} holds fewer items per device than one store step adds "
                          f"({per_store}); raise buffer_size")
-    stores = {LOCKSTEP: make_buffer(config, hyper, buffer_size)} if lockstep else \
-        {pid: make_buffer(config, hyper, buffer_size) for pid in groups}
+    stores = {LOCKSTEP: make_buffer(config.prioritized_replay, hyper, buffer_size)} if lockstep else \
+        {pid: make_buffer(config.prioritized_replay, hyper, buffer_size) for pid in groups}
     policies = {}
     for pid, overrides in multi.policies:
         agent = groups[pid][0]
@@ -136,4 +136,5 @@ def make_worker(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer_
     return Worker(spec=spec, env=env, policies=policies, trained=multi.trained, buffers=stores, policy_mapping=mapping,
                   agents_per_policy={pid: len(agents) for pid, agents in groups.items()}, pending=n - 1, primed=True,
                   init=lambda key: rollout.init(env, key, num_envs, n - 1, acted=True), behaviour=behaviour,
-                  view=reward_view(config), items=items, policy_episodes=policy_episodes, evaluate=evaluate)
+                  view=reward_view(config.clip_rewards, config.no_done_at_end), items=items,
+                  policy_episodes=policy_episodes, evaluate=evaluate)
