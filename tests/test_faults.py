@@ -263,8 +263,7 @@ def test_resume_with_another_timesteps_per_iteration(tmp_path):
     again = resumed.train()
     assert again["training_iteration"] == 2 and again["timesteps_this_iter"] >= 1024
     assert again["episodes_total"] == first["episodes_total"] + again["episodes_this_iter"]
-    smaller = Trainer.from_checkpoint(path, timesteps_per_iteration=64).train()
-    assert smaller["training_iteration"] == 2 and smaller["timesteps_this_iter"] < 256
+    # (A smaller ring keeps the newest episodes: test_a_resized_ring_keeps_the_newest_episodes_in_order.)
 
 
 @pytest.mark.parametrize("old, new, written", [(8, 20, 5), (8, 20, 13), (20, 8, 3), (20, 8, 47), (8, 8, 30)])

@@ -128,7 +128,7 @@ def test_prioritized_weights_follow_beta_annealed_over_the_steps_sampled():
     assert any(np.ptp(r[3]) > 0.05 for r in records)  # the priorities differ: beta shows in the weights
 
 
-@pytest.mark.parametrize("starts, prioritized", [(70, False), (64, True), (1, False)])
+@pytest.mark.parametrize("starts, prioritized", [(70, False), (64, True)])
 def test_the_first_replay_comes_after_the_store_that_reaches_learning_starts(starts, prioritized):
     """RLlib's replay buffer replays nothing while it holds fewer than ``learning_starts``
     items; stores add ``rollout_fragment_length * num_envs = 16`` steps each, so with 70 the
