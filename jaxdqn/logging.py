@@ -168,9 +168,7 @@ class RunLogger:
 
     def write_params(self, params: Mapping[str, Any]) -> None:
         path = self.directory / "params.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(params, indent=2, default=_json_default) + "\n")
-        os.replace(tmp, path)
+        write_atomically(path, json.dumps(params, indent=2, default=_json_default) + "\n")
 
     def write(self, results: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> None:
         results = [results] if isinstance(results, Mapping) else list(results)
@@ -223,8 +221,14 @@ def cut_logs(run_dir: str | os.PathLike, iteration: int) -> None:
 
 
 def _rewrite(path: pathlib.Path, lines: list[str]) -> None:
+    write_atomically(path, "".join(line + "\n" for line in lines))
+
+
+def write_atomically(path: pathlib.Path, text: str) -> None:
+    """``text`` into ``path`` through a temporary file and a rename: a reader sees the old file or
+    the new one, never a part."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in lines))
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 
