@@ -97,12 +97,14 @@ def clip_reward(reward: Array, clip_rewards: Any) -> Array:
     return jnp.clip(reward, low, high)
 
 
-def make_view(*, clip_rewards: Any = None, no_done_at_end: bool = False) -> View | None:
+def make_view(*, clip_rewards: Any = None, no_done_at_end: bool = False,
+              bootstrap_truncations: bool = True) -> View | None:
     """The transform from an env step to the step the learner trains on: rewards clipped
-    (``clip_rewards``) and, with ``no_done_at_end``, a termination turned into a truncation (it
-    bootstraps; the episode still resets). Episode returns are the env's, unclipped. None when
-    nothing changes."""
-    if (clip_rewards is None or clip_rewards is False) and not no_done_at_end:
+    (``clip_rewards``); with ``no_done_at_end``, a termination turned into a truncation (it
+    bootstraps; the episode still resets); without ``bootstrap_truncations``, a truncation
+    turned into a termination (RLlib 1.x's TimeLimit done). Episode returns are the env's,
+    unclipped. None when nothing changes."""
+    if (clip_rewards is None or clip_rewards is False) and not no_done_at_end and bootstrap_truncations:
         return None
 
     def view(raw: RawStep) -> RawStep:
@@ -110,6 +112,9 @@ def make_view(*, clip_rewards: Any = None, no_done_at_end: bool = False) -> View
         if no_done_at_end:
             raw = raw._replace(terminated=tree_map(jnp.zeros_like, raw.terminated),
                                truncated=tree_map(operator.or_, raw.truncated, raw.terminated))
+        if not bootstrap_truncations:
+            raw = raw._replace(terminated=tree_map(operator.or_, raw.terminated, raw.truncated),
+                               truncated=tree_map(jnp.zeros_like, raw.truncated))
         return raw
 
     return view

@@ -140,11 +140,15 @@ def single_agent(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer
                   init=lambda key: rollout.init(env, key, num_envs, pending, recurrent_state=initial,
                                                 acted=envs.is_batched(spec)),
                   behaviour=behaviour, items=items, policy_episodes=lambda episodes: {}, evaluate=evaluate,
-                  view=reward_view(config.clip_rewards, config.no_done_at_end, clip_atari=atari.is_atari(config.env)))
+                  view=reward_view(config.clip_rewards, config.no_done_at_end, config.bootstrap_truncations,
+                                    clip_atari=atari.is_atari(config.env)))
 
 
-def reward_view(clip_rewards: Any, no_done_at_end: bool, *, clip_atari: bool = False) -> rollout.View | None:
+def reward_view(clip_rewards: Any, no_done_at_end: bool, bootstrap_truncations: bool, *,
+                clip_atari: bool = False) -> rollout.View | None:
     """RLlib's ``clip_rewards`` (None: sign clipping for Atari, its DeepMind preprocessing, none
-    else) and ``no_done_at_end``, as the view the learner gets of each step."""
+    else), ``no_done_at_end`` and ``bootstrap_truncations``, as the view the learner gets of
+    each step."""
     clip = True if clip_rewards is None and clip_atari else clip_rewards
-    return rollout.make_view(clip_rewards=clip, no_done_at_end=no_done_at_end)
+    return rollout.make_view(clip_rewards=clip, no_done_at_end=no_done_at_end,
+                             bootstrap_truncations=bootstrap_truncations)

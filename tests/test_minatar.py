@@ -49,7 +49,8 @@ def test_tuned_example_is_the_papers_protocol(game):
         "conv_0": (3, 3, channels, 16), "advantage_hidden_0": (16 * cells, 128), "advantage_out": (128, 6)}
 
 
-# Measured (docs/learning.md, MinAtar): 8.3, 7.5 and 7.2 at 1.005M frames for the 3 seeds of
+# Measured on the former Philox stream (docs/learning.md, MinAtar; it passes on threefry's too):
+# 8.3, 7.5 and 7.2 at 1.005M frames for the 3 seeds of
 # `--seeds 3` (seed 0), about 50 minutes on 2 CPU cores. Random play scores about 0.5; the
 # curves pass 5 by 150k frames and stay in 5-6 until 350k.
 BREAKOUT_THRESHOLD = 6.0

@@ -113,6 +113,27 @@ def test_no_done_at_end_bootstraps_at_terminations(no_done_at_end):
     assert discounts == ({np.float32(0.99)} if no_done_at_end else {0.0, np.float32(0.99)})
 
 
+@pytest.mark.parametrize("bootstrap", [True, False])
+def test_a_truncation_bootstraps_unless_bootstrap_truncations_is_false(bootstrap):
+    """Episodes capped at 6 steps (random CartPole does not fall that soon): each cap bootstraps
+    (discount gamma) by default; with ``bootstrap_truncations=False`` it ends the return
+    (discount 0) at exactly the episode ends, RLlib 1.x's treatment of a TimeLimit done."""
+    config = SimpleQConfig(**TINY, env_params={"max_steps_in_episode": 6}, bootstrap_truncations=bootstrap)
+    p = plan.make_plan(config)
+    state = jax.jit(p.init)(jax.random.key(3))
+    size = int(state.buffer["default_policy"].size)
+    ended = int(state.metrics.episodes.episodes_total)
+    assert ended >= 4 and size >= 6 * ended
+    discounts = np.asarray(state.buffer["default_policy"].storage.discount[:size])
+    assert int(np.sum(discounts == 0.0)) == (0 if bootstrap else ended)
+    assert set(discounts[discounts > 0].tolist()) == {np.float32(0.99)}
+
+
+def test_bootstrap_truncations_false_contradicts_no_done_at_end():
+    with pytest.raises(ValueError, match=r"bootstrap_truncations=False is invalid: contradicts no_done_at_end"):
+        SimpleQConfig(**TINY, no_done_at_end=True, bootstrap_truncations=False)
+
+
 def test_explore_false_acts_greedily_while_sampling():
     config = SimpleQConfig(**TINY, explore=False)
     p = plan.make_plan(config)

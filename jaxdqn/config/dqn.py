@@ -132,6 +132,9 @@ class DQNConfig:
     explore: bool = key(True, boolean)  # False: training rollouts act greedily (no epsilon, no noise)
     clip_rewards: bool | float | tuple[float, float] | None = key(None, clip_rewards)
     no_done_at_end: bool = key(False, boolean)  # True: episode ends bootstrap, as a truncation does
+    # False: a truncation (an episode cap) ends the return as a termination does, RLlib 1.x's
+    # treatment of gym's TimeLimit done; True bootstraps from the state the cap cut off.
+    bootstrap_truncations: bool = key(True, boolean)
     metrics_smoothing_episodes: int = key(100, integer(1), rllib=("metrics_num_episodes_for_smoothing",))
     min_iter_time_s: float = key(0.0, number(0.0), resumable=True, rllib=(
         "min_time_s_per_reporting", "min_time_s_per_iteration"))
@@ -190,6 +193,9 @@ class DQNConfig:
                  f"{self.optimizer.type!r} (set optimizer.epsilon)")
         if self.num_atoms > 1 and not self.v_min < self.v_max:
             fail("v_min", self.v_min, f"must be < v_max={self.v_max} when num_atoms > 1")
+        if self.no_done_at_end and not self.bootstrap_truncations:
+            fail("bootstrap_truncations", False, "contradicts no_done_at_end=True (that bootstraps at every "
+                 "episode end, this at none); set one of them")
 
     def check_sequences(self) -> None:
         """Sequence replay (``model.use_lstm``): RLlib R2D2's keys."""

@@ -136,5 +136,5 @@ def make_worker(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer_
     return Worker(spec=spec, env=env, policies=policies, trained=multi.trained, buffers=stores, policy_mapping=mapping,
                   agents_per_policy={pid: len(agents) for pid, agents in groups.items()}, pending=n - 1, primed=True,
                   init=lambda key: rollout.init(env, key, num_envs, n - 1, acted=True), behaviour=behaviour,
-                  view=reward_view(config.clip_rewards, config.no_done_at_end), items=items,
+                  view=reward_view(config.clip_rewards, config.no_done_at_end, config.bootstrap_truncations), items=items,
                   policy_episodes=policy_episodes, evaluate=evaluate)
