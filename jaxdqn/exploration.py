@@ -25,13 +25,15 @@ def _difference(a: Any, b: Any) -> Any:
 
 
 def piecewise_linear(points: Sequence[tuple[Any, Any]], t: Array) -> Array:
-    """RLlib's ``PiecewiseSchedule``: linear between ``(timestep, value)`` points, the end
-    values outside them; a jump where two points share a timestep. The number of points is
-    static; ``t``, the timesteps and the values may be traced (a swept schedule)."""
+    """RLlib's ``PiecewiseSchedule`` with ``outside_value`` the last point's value (as RLlib 1.x's
+    learning-rate, epsilon and beta schedules all set it): linear between ``(timestep, value)``
+    points, the last value before the first point and from the last point on; a jump where two
+    points share a timestep. The number of points is static; ``t``, the timesteps and the values
+    may be traced (a swept schedule)."""
     t = jnp.asarray(t, jnp.float32)
     # Unrolled over the static segments, each taking over from its start: a few elementwise ops
     # (``jnp.interp``'s searchsorted is a while loop on the CPU, run on every plan step).
-    value = jnp.float32(points[0][1])
+    value = jnp.float32(points[-1][1])
     for (t0, v0), (t1, v1) in zip(points, points[1:]):
         span = _difference(t0, t1)
         if isinstance(span, (int, float)):  # static timesteps

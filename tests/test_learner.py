@@ -247,10 +247,13 @@ def test_gradient_clipping_modes_match_their_formulas(mode):
 @given(st.lists(st.tuples(st.integers(0, 10_000), st.floats(0.0, 1.0, width=32)), min_size=2, max_size=5,
                 unique_by=lambda p: p[0]),
        st.lists(st.integers(-100, 12_000), min_size=1, max_size=8))
-def test_piecewise_linear_matches_numpy_interp(points, times):
+def test_piecewise_linear_matches_numpy_interp_from_the_first_point_on(points, times):
+    """Inside the points ``np.interp``; before the first, RLlib's ``outside_value``: the last value
+    (``lr_schedule: [[1000, 1e-3], [2000, 1e-4]]`` trains at 1e-4 until step 1000, as in RLlib)."""
     points = sorted(points)
     schedule = jax.jit(lambda t: exploration.piecewise_linear(points, t))
-    want = np.interp(times, [p[0] for p in points], [p[1] for p in points])
+    want = np.where(np.asarray(times) < points[0][0], points[-1][1],
+                    np.interp(times, [p[0] for p in points], [p[1] for p in points]))
     got = [float(schedule(jnp.int32(t))) for t in times]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 

@@ -126,16 +126,16 @@ def test_piecewise_linear_with_traced_points_equals_the_static_schedule(raw, t):
     values = np.array([p[1] for p in points], np.float32)
     traced = jax.jit(lambda ts, vs: exploration.piecewise_linear(list(zip(ts, vs)), t))(times, values)
     assert float(traced) == pytest.approx(static, rel=1e-6, abs=1e-6)
-    # RLlib's PiecewiseSchedule (numpy): the end values outside, linear inside, the last point of a jump.
-    if t < points[0][0]:
-        expected = points[0][1]
-    elif t >= points[-1][0]:
-        expected = points[-1][1]
-    else:
-        k = max(i for i in range(len(points)) if points[i][0] <= t)
-        (t0, v0), (t1, v1) = points[k], points[k + 1]
-        expected = v0 + (t - t0) / (t1 - t0) * (v1 - v0)
-    assert static == pytest.approx(expected, rel=1e-5, abs=1e-5)
+    assert static == pytest.approx(rllib_piecewise(points, t), rel=1e-5, abs=1e-5)
+
+
+def rllib_piecewise(points, t):
+    """RLlib 1.x's ``PiecewiseSchedule.value`` (linear interpolation) with ``outside_value`` the
+    last value, as its ``LearningRateSchedule`` and ``EpsilonGreedy`` build it."""
+    for (l_t, left), (r_t, right) in zip(points[:-1], points[1:]):
+        if l_t <= t < r_t:
+            return left + (t - l_t) / (r_t - l_t) * (right - left)
+    return points[-1][1]
 
 
 # Every traced key changed at once in trial 1 (tau and prioritized keys included): a key that the
