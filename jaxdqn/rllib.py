@@ -10,6 +10,7 @@ exactly one class (``tests/test_rllib_keys.py`` lists them all): one of our fiel
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Mapping
 
 from jaxdqn.config import RLLIB_RUN_NAMES, DQNConfig, ExplorationConfig, ModelConfig, atari_game, config_class
@@ -201,6 +202,12 @@ def map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
                                                                           "replay_buffer_config", "env_config"}, UNKNOWN)
     if env_config is not None or atari_options:
         out["env_params"] = {**atari_options, **(env_config or {})}
+    workers = config.get("evaluation_num_workers", 0)
+    if is_number(workers) and workers > 0 and not config.get("evaluation_interval"):
+        # RLlib 1.x's validate_config warns the same: evaluation then runs only when asked for.
+        warnings.warn(f"evaluation_num_workers={workers} without an evaluation_interval: as in RLlib, "
+                      "train() does not evaluate; call Trainer.evaluate() (jaxdqn evaluates inside the "
+                      "trainer's program, on no separate workers)", stacklevel=3)
     return out
 
 

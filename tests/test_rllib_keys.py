@@ -13,6 +13,8 @@ expectation is written here, independently of ``jaxdqn.config``'s tables:
 A key that were accepted with no effect and no listing as machinery would fail here.
 """
 
+import warnings
+
 import pytest
 
 from jaxdqn.config import to_dict
@@ -256,3 +258,15 @@ def test_the_table_covers_every_key_once():
     keys = [c[0] for c in CASES]
     assert len(keys) == len(set(keys))
     assert set(TARGETS) == {c[0] for c in CASES if c[3] == MAP}
+
+
+def test_evaluation_workers_without_an_interval_warn_as_rllib_does():
+    """RLlib 1.x's validate_config: evaluation workers without ``evaluation_interval`` make
+    ``train()`` evaluate nothing, with a warning; with an interval, no warning."""
+    with pytest.warns(UserWarning, match=r"evaluation_num_workers=2 without an evaluation_interval.*evaluate\(\)"):
+        config = from_rllib({"evaluation_num_workers": 2})
+    assert config.evaluation_interval is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert from_rllib({"evaluation_num_workers": 2, "evaluation_interval": 3}).evaluation_interval == 3
+        from_rllib({"evaluation_num_workers": 0})
