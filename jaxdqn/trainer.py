@@ -290,8 +290,9 @@ class Trainer:
                               policy_id: str | None = None, explore: bool | None = None, seed: int = 0,
                               trial: int = 0) -> Any:
         """The action for one observation: greedy, or epsilon-greedy at the current epsilon;
-        ``explore=None`` takes the config's ``explore`` (RLlib's default: True). Exploration
-        here is epsilon around the mean-weight network (noisy layers' noise is not sampled).
+        ``explore=None`` takes the config's ``explore`` (RLlib's default: True). Exploring, a
+        noisy network (``noisy=True``) acts on Q-values with fresh noise, as RLlib's does;
+        greedy, on its mean weights.
 
         A recurrent policy (``model.use_lstm``) also takes the ``state`` it returned for the
         previous observation of the episode (``None`` or ``get_initial_state()`` at an episode's
@@ -309,6 +310,15 @@ class Trainer:
         if obs.shape != obs_shape:
             raise ValueError(f"observation has shape {obs.shape}; this env's is {obs_shape}")
         params = self._seed_view(self._run_params(), seed, trial)
+        if explore is None:
+            explore = self.config.explore
+        rng = noise_key = None
+        if explore:
+            sampled = self._seed_view(self.runner.unreplicate(self.state.metrics.num_steps_sampled), seed, trial)
+            self._explore_draws += 1  # a fresh draw per call, reproducible from the seed
+            rng = np.random.default_rng([self.config.seed, trial, seed, int(sampled), self._explore_draws])
+            if bundle.network.head.noisy:
+                noise_key = jax.random.key(int(rng.integers(2**31)))
         recurrent = self.config.model.use_lstm
         if recurrent:
             first = state is None
@@ -318,19 +328,14 @@ class Trainer:
                                  f"as get_initial_state() returns, got shapes {[np.shape(x) for x in state]}")
             memory = Memory(state=tuple(jnp.asarray(x, jnp.float32)[None] for x in state),
                             first=jnp.full((1,), first))
-            actions, state_out = self._act(params, obs[None], policy_id, memory)
+            actions, state_out = self._act(params, obs[None], policy_id, memory, noise_key)
             action = int(actions[0])
         else:
             if state:
                 raise ValueError("state is only for recurrent policies (model.use_lstm=True); this one is feed-forward")
-            action = int(self._act(params, obs[None], policy_id)[0])
-        if explore is None:
-            explore = self.config.explore
-        if explore:
-            sampled = self._seed_view(self.runner.unreplicate(self.state.metrics.num_steps_sampled), seed, trial)
+            action = int(self._act(params, obs[None], policy_id, None, noise_key)[0])
+        if rng is not None:
             eps = float(self._seed_view(self._schedule_epsilon(), seed, trial))
-            self._explore_draws += 1  # a fresh draw per call, reproducible from the seed
-            rng = np.random.default_rng([self.config.seed, trial, seed, int(sampled), self._explore_draws])
             if rng.random() < eps:
                 action = int(rng.integers(num_actions))
         if recurrent:

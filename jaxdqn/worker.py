@@ -44,10 +44,16 @@ class Worker(NamedTuple):
     policy_episodes: Callable[[rollout.Episodes], dict[str, rollout.Episodes]]  # {} for one agent
     evaluate: Callable[..., evaluation.Evaluation]  # (params by policy, key, eps=0.0)
 
-    def act(self, params: dict[str, Any], obs: Array, policy_id: str, memory: Any = None) -> Any:
+    def act(self, params: dict[str, Any], obs: Array, policy_id: str, memory: Any = None, noise_key: Any = None
+            ) -> Any:
         """Greedy actions ``[B]`` of policy ``policy_id`` for observations ``[B, *obs]`` (and a
-        recurrent policy's next state, from ``memory``: a ``rollout.Memory``)."""
-        return policy.greedy(self.policies[policy_id], params[policy_id], obs, memory)
+        recurrent policy's next state, from ``memory``: a ``rollout.Memory``); with
+        ``noise_key``, greedy on Q-values of noisy layers with noise drawn from it (RLlib's
+        exploring forward pass of a noisy network)."""
+        bundle = self.policies[policy_id]
+        if noise_key is None:
+            return policy.greedy(bundle, params[policy_id], obs, memory)
+        return policy.act(bundle, params[policy_id], obs, jnp.float32(0.0), noise_key, memory)
 
 
 def make_buffer(prioritized: bool, hyper: Hyperparams, capacity: int) -> ReplayBuffer:

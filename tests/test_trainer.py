@@ -171,6 +171,23 @@ def test_compute_single_action_is_the_greedy_action_of_the_q_network():
         trainer.compute_single_action(np.zeros(3))
 
 
+def test_compute_single_action_explores_a_noisy_network_through_fresh_noise():
+    """RLlib's exploring forward pass of a noisy network samples the noise: with epsilon at 0,
+    ``explore=True`` draws actions from noisy Q-values (they vary over calls where the mean
+    network's are constant), ``explore=False`` takes the mean weights; without noisy layers
+    ``explore=True`` at epsilon 0 is the greedy action."""
+    no_epsilon = {"initial_epsilon": 0.0, "final_epsilon": 0.0}
+    noisy = Trainer(CONFIG.replace(noisy=True, sigma0=2.0, exploration_config=no_epsilon))
+    obs = np.random.default_rng(1).normal(size=(6, 4)).astype(np.float32)
+    greedy = [noisy.compute_single_action(o, explore=False) for o in obs]
+    explored = [[noisy.compute_single_action(o, explore=True) for _ in range(30)] for o in obs]
+    assert [len(set(a)) for a in explored] != [1] * len(obs), explored
+    assert [noisy.compute_single_action(o, explore=False) for o in obs] == greedy
+    plain = Trainer(CONFIG.replace(exploration_config=no_epsilon))
+    assert [plain.compute_single_action(o, explore=True) for o in obs] == [
+        plain.compute_single_action(o, explore=False) for o in obs]
+
+
 def test_evaluate_runs_greedy_episodes():
     trainer = Trainer(CONFIG)
     result = trainer.evaluate()["evaluation"]
