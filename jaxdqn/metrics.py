@@ -136,20 +136,26 @@ def smoothing_window(new_episodes: Array, gather: Gather, smoothing: int) -> Arr
 
 def episode_report(ring: Ring, gather: Gather, window: Array) -> dict[str, Array]:
     """RLlib's ``episode_reward_mean/min/max``, ``episode_len_mean`` and ``episodes_total`` over
-    the last ``window`` [] episodes of each replica's ring."""
+    the last ``window`` [] episodes of each replica's ring, and the window itself as RLlib's
+    ``hist_stats``: ``hist/episode_reward`` and ``hist/episode_lengths`` [D * ring], each
+    replica's episodes oldest first, NaN where a slot is outside the window."""
     size = ring.returns.shape[0]
     totals = gather(ring.episodes_total)  # [D]
     count = jnp.minimum(jnp.minimum(totals, size), gather(window))  # [D]
-    age = (gather(ring.ring_pos)[:, None] - 1 - jnp.arange(size)[None, :]) % size  # [D, ring]: 0 newest
-    valid = (age < count[:, None]) & (gather(ring.lengths) >= 0)  # -1: a slot a resize left empty
-    returns = jnp.where(valid, gather(ring.returns), jnp.nan)
-    lengths = jnp.where(valid, gather(ring.lengths).astype(jnp.float32), jnp.nan)
+    oldest_first = (gather(ring.ring_pos)[:, None] + jnp.arange(size)[None, :]) % size  # [D, ring] slots
+    age = size - 1 - jnp.arange(size)[None, :]  # [1, ring]: the slots' ages in that order, 0 newest
+    lengths = jnp.take_along_axis(gather(ring.lengths), oldest_first, axis=1)
+    valid = (age < count[:, None]) & (lengths >= 0)  # -1: a slot a resize left empty
+    returns = jnp.where(valid, jnp.take_along_axis(gather(ring.returns), oldest_first, axis=1), jnp.nan)
+    lengths = jnp.where(valid, lengths.astype(jnp.float32), jnp.nan)
     return {
         "episode_reward_mean": jnp.nanmean(returns),
         "episode_reward_min": jnp.nanmin(returns),
         "episode_reward_max": jnp.nanmax(returns),
         "episode_len_mean": jnp.nanmean(lengths),
         "episodes_total": jnp.sum(totals),
+        "hist/episode_reward": returns.reshape(-1),
+        "hist/episode_lengths": lengths.reshape(-1),
     }
 
 
@@ -176,6 +182,7 @@ def close_report(m: Metrics, gather: Gather, smoothing: int) -> tuple[dict[str, 
         episodes = episode_report(ring, gather, window * agents)
         for stat in ("mean", "min", "max"):
             report[f"policy_reward_{stat}/{pid}"] = episodes[f"episode_reward_{stat}"]
+        report[f"hist/policy_{pid}_reward"] = episodes["hist/episode_reward"]
     for pid, info in m.learner.items():
         report.update({f"learner/{pid}/{k}": v for k, v in info._asdict().items() if k != "td_error"})
     m = m._replace(episodes_at_report=m.episodes.episodes_total, sampled_at_report=m.num_steps_sampled,

@@ -52,10 +52,20 @@ def divergence(report: Mapping[str, Any]) -> str | None:
     return None
 
 
+def window_list(values: Any, *, integer: bool = False) -> list[Any]:
+    """A ``hist/*`` report array as RLlib's ``hist_stats`` list: its finite entries, in order."""
+    values = np.asarray(values).reshape(-1)
+    values = values[np.isfinite(values)]
+    return [int(v) for v in values] if integer else [float(v) for v in values]
+
+
 def result_dict(report: Mapping[str, Any], *, iteration: int, time_this_iter_s: float,
                 time_total_s: float) -> dict[str, Any]:
-    """RLlib's result layout from one seed's iteration report (host scalars)."""
-    r = {k: _scalar(v) for k, v in report.items() if k != "params_finite"}
+    """RLlib's result layout from one seed's iteration report (host scalars; the window's
+    episodes as ``hist_stats`` lists)."""
+    hist = {k.split("/", 1)[1]: window_list(v, integer=k.endswith("lengths"))
+            for k, v in report.items() if k.startswith("hist/")}
+    r = {k: _scalar(v) for k, v in report.items() if k != "params_finite" and not k.startswith("hist/")}
     trained_this_iter = r.pop("num_steps_trained_this_iter")
     timesteps_this_iter = r.pop("timesteps_this_iter")
     seconds = max(time_this_iter_s, 1e-9)
@@ -88,6 +98,8 @@ def result_dict(report: Mapping[str, Any], *, iteration: int, time_this_iter_s: 
             "learner": learners,
         },
         **per_policy,
+        "hist_stats": hist,
+        "custom_metrics": {},  # RLlib's, filled by callbacks; jaxdqn has none
         "done": False,
         "timestamp": int(time.time()),
         "date": datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"),

@@ -263,6 +263,10 @@ def test_trainer_reports_rllib_multiagent_results_and_round_trips(tmp_path):
     mean = result["policy_reward_mean"]
     assert mean["p0"] + mean["p1"] == pytest.approx(result["episode_reward_mean"])
     assert max(mean.values()) <= result["episode_len_mean"] <= result["episode_reward_mean"]
+    hist = result["hist_stats"]  # the window's episodes, one entry per agent episode of a policy
+    assert set(hist) == {"episode_reward", "episode_lengths", "policy_p0_reward", "policy_p1_reward"}
+    assert np.mean(hist["policy_p0_reward"]) == pytest.approx(mean["p0"])
+    assert np.mean(hist["episode_reward"]) == pytest.approx(result["episode_reward_mean"])
     path = trainer.save(tmp_path)
     after = trainer.train()
     restored = Trainer.from_checkpoint(path)

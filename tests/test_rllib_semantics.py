@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jaxdqn import ModelConfig, SimpleQConfig, learner, metrics, plan, rollout
+from jaxdqn import ModelConfig, SimpleQConfig, learner, metrics, plan, results, rollout
 from jaxdqn.networks import QNetwork
 from jaxdqn.trainer import Trainer
 from jaxdqn.types import Sample, Transition
@@ -39,7 +39,8 @@ class CollectMetrics:
 @given(st.integers(1, 12), st.lists(st.lists(st.integers(1, 3), min_size=0, max_size=6), min_size=1, max_size=8))
 def test_the_smoothing_window_is_rllibs(smoothing, iterations):
     """Each iteration ends episodes in a few fragments of 2 envs; the report summarises RLlib's
-    window: all of this iteration's episodes when they are at least N, else the last N."""
+    window: all of this iteration's episodes when they are at least N, else the last N, and
+    lists them oldest first as RLlib's ``hist_stats``."""
     ring = smoothing + 2 * 3 * 6  # at least one iteration's worth, as metrics.ring_size makes it
     m = metrics.init(ring, {}, ("default_policy",))
     twin, gather, value = CollectMetrics(smoothing), metrics.gatherer(None), 0.0
@@ -58,6 +59,8 @@ def test_the_smoothing_window_is_rllibs(smoothing, iterations):
         report, m = metrics.close_report(m, gather, smoothing)
         window = twin.collect(ended)
         assert int(report["episodes_this_iter"]) == len(ended)
+        assert results.window_list(report["hist/episode_reward"]) == window
+        assert results.window_list(report["hist/episode_lengths"], integer=True) == [1] * len(window)
         if window:
             assert float(report["episode_reward_mean"]) == pytest.approx(np.mean(window))
             assert float(report["episode_reward_min"]) == min(window)
