@@ -32,6 +32,7 @@ import pathlib
 import re
 import shutil
 import sys
+import time
 import warnings
 import zlib
 from typing import Any, Iterator
@@ -156,9 +157,16 @@ def _ignore_closed_loop_callbacks() -> None:
 
 
 def _remove_partial(path: pathlib.Path) -> None:
-    """The folder of a failed save, and orbax's temporary ones beside it."""
-    for partial in [path, *path.parent.glob(f"{path.name}.orbax-checkpoint-tmp*")]:
-        shutil.rmtree(partial, ignore_errors=True)
+    """The folder of a failed save, and orbax's temporary ones beside it. Tensorstore's writer
+    threads can still be ending a failed write (a file appearing mid-removal leaves its folder):
+    removal is retried until nothing is left, for up to about two seconds."""
+    for _ in range(40):
+        left = [p for p in [path, *path.parent.glob(f"{path.name}.orbax-checkpoint-tmp*")] if p.exists()]
+        if not left:
+            return
+        for partial in left:
+            shutil.rmtree(partial, ignore_errors=True)
+        time.sleep(0.05)
 
 
 def _os_reason(error: BaseException) -> str:

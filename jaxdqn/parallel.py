@@ -308,13 +308,15 @@ class HostSide(NamedTuple):
         return jax.tree_util.tree_map(rewrap, tree, full)
 
     def report_to_host(self, report: dict[str, Any]) -> dict[str, Any]:
-        """Scalars (one run) or arrays ``[S]`` (seeds), the same over all processes."""
+        """Scalars (one run) or arrays ``[S]`` (seeds; ``[S, n]`` for a report's ``[n]`` arrays),
+        the same over all processes."""
         D, S = self.layout.num_devices, self.layout.num_seeds
         if D == 1:
             return jax.device_get(report)
         if S is None:  # identical on every device: the first one's
             return jax.device_get(jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], report))
-        return {k: np.asarray(v).reshape(S) for k, v in jax.device_get(self.gather(report)).items()}
+        rows = {k: np.asarray(v) for k, v in jax.device_get(self.gather(report)).items()}  # [D, S / D, ...]
+        return {k: v.reshape((S,) + v.shape[2:]) for k, v in rows.items()}
 
     def to_host(self, state: Any) -> Any:
         return self.gather(state) if self.layout.num_devices > 1 else state

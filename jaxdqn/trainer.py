@@ -319,7 +319,7 @@ class Trainer:
             rng = np.random.default_rng([self.config.seed, trial, seed, int(sampled), self._explore_draws])
             if bundle.network.head.noisy:
                 noise_key = jax.random.key(int(rng.integers(2**31)))
-        recurrent = self.config.model.use_lstm
+        recurrent, memory = self.config.model.use_lstm, None
         if recurrent:
             first = state is None
             state = self.get_initial_state() if state is None else state
@@ -328,16 +328,13 @@ class Trainer:
                                  f"as get_initial_state() returns, got shapes {[np.shape(x) for x in state]}")
             memory = Memory(state=tuple(jnp.asarray(x, jnp.float32)[None] for x in state),
                             first=jnp.full((1,), first))
-            actions, state_out = self._act(params, obs[None], policy_id, memory, noise_key)
-            action = int(actions[0])
-        else:
-            if state:
-                raise ValueError("state is only for recurrent policies (model.use_lstm=True); this one is feed-forward")
-            action = int(self._act(params, obs[None], policy_id, None, noise_key)[0])
-        if rng is not None:
-            eps = float(self._seed_view(self._schedule_epsilon(), seed, trial))
-            if rng.random() < eps:
-                action = int(rng.integers(num_actions))
+        elif state:
+            raise ValueError("state is only for recurrent policies (model.use_lstm=True); this one is feed-forward")
+        out = self._act(params, obs[None], policy_id, memory, noise_key)
+        actions, state_out = out if recurrent else (out, None)
+        action = int(actions[0])
+        if rng is not None and rng.random() < float(self._seed_view(self._schedule_epsilon(), seed, trial)):
+            action = int(rng.integers(num_actions))
         if recurrent:
             return action, [np.asarray(x[0]) for x in state_out]
         return action
