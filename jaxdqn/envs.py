@@ -215,7 +215,7 @@ def step(spec: EnvSpec, keys: Array, env_state: Any, action: Array) -> tuple[Env
     """Step every environment once with ``action`` ``[E]`` and its key ``[E]`` (ended episodes
     reset themselves)."""
     if is_batched(spec):
-        return spec.env.step_all(env_state, action)
+        return spec.env.step_all(keys, env_state, action)
     obs, env_state, reward, terminated, truncated, info = jax.vmap(
         spec.env.step, in_axes=(0, 0, 0, None)
     )(keys, env_state, action, spec.params)

@@ -24,7 +24,7 @@ UNKNOWN = "unknown or unsupported RLlib config key"
 # IGNORED: keys that steer only RLlib's own machinery (processes, resources, frameworks, logging,
 # offline I/O knobs that apply only to an offline input we refuse anyway); any value is accepted.
 IGNORED_KEYS = frozenset({
-    "framework", "eager_tracing", "eager_max_retraces", "num_cpus_per_worker", "num_gpus_per_worker",
+    "eager_tracing", "eager_max_retraces", "num_cpus_per_worker", "num_gpus_per_worker",
     "num_cpus_for_driver", "custom_resources_per_worker", "memory", "object_store_memory",
     "memory_per_worker", "object_store_memory_per_worker", "placement_strategy",
     "extra_python_environs_for_driver", "extra_python_environs_for_worker", "log_level",
@@ -35,9 +35,34 @@ IGNORED_KEYS = frozenset({
     "synchronize_filters", "compress_observations", "store_buffer_in_checkpoints",
     "timesteps_per_iteration_warmup", "input_evaluation", "postprocess_inputs", "shuffle_buffer_size",
     "output_compress_columns", "output_max_file_size",
-    # Only continuous or image spaces are touched by these; gymnax's discrete-action envs are not.
+    # Only continuous or image spaces are touched by these; gymnax's discrete-action envs are not
+    # (preprocessor_pref is checked for an Atari env: ``_preprocessor_pref``).
     "normalize_actions", "clip_actions", "preprocessor_pref",
 })
+
+# RLlib 1.x's gradient clipping per framework: tf policies clip each tensor's norm
+# (``minimize_and_clip``), torch ones the global norm of the parameters (``apply_grad_clipping``).
+FRAMEWORK_CLIP_MODES = {"tf": "per_tensor", "tf2": "per_tensor", "tfe": "per_tensor", "torch": "global_norm"}
+
+
+def _grad_clip_mode(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``grad_clip_mode`` as RLlib's ``framework`` clips, unless the config gives one."""
+    if "framework" not in config or "grad_clip_mode" in config:
+        return {}
+    framework = config["framework"]
+    if framework not in FRAMEWORK_CLIP_MODES:
+        fail("framework", framework, f"supported: {sorted(FRAMEWORK_CLIP_MODES)} (it selects RLlib's "
+             "gradient clipping: tf per tensor, torch the global norm)")
+    return {"grad_clip_mode": FRAMEWORK_CLIP_MODES[framework]}
+
+
+def _preprocessor_pref(config: Mapping[str, Any]) -> None:
+    """An Atari env is preprocessed as RLlib's ``wrap_deepmind`` (``preprocessor_pref:
+    deepmind``, RLlib's default); RLlib's other choices are refused for it."""
+    pref = config.get("preprocessor_pref", "deepmind")
+    if atari_game(config.get("env")) is not None and pref != "deepmind":
+        fail("preprocessor_pref", pref, "an Atari env is preprocessed as RLlib's wrap_deepmind: "
+             "supported: 'deepmind'")
 IGNORED_MODEL_KEYS = frozenset({"vf_share_layers", "free_log_std", "_time_major", "dim", "grayscale",
                                 "zero_mean", "framestack", "_use_default_native_models",
                                 "_disable_preprocessor_api", "_disable_action_flattening"})
@@ -110,11 +135,32 @@ def _fixed(key: str, value: Any) -> None:
                      f"{', '.join(repr(a) for a in allowed)})")
 
 
+def _model(value: Mapping[str, Any], atari_env: bool, atari_options: dict[str, Any]) -> ModelConfig:
+    """Our ``ModelConfig`` of RLlib's ``model`` dict; an Atari env's preprocessing keys go to
+    ``atari_options`` (the ALE's options)."""
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    model = {}
+    for k, v in dict(value).items():
+        if atari_env and k in ATARI_MODEL_KEYS:
+            atari_options.update(_atari_option(k, v))
+            continue
+        if k in IGNORED_MODEL_KEYS:
+            continue
+        if f"model.{k}" in FIXED_KEYS:
+            _fixed(f"model.{k}", v)
+            continue
+        if k not in model_fields:
+            unknown_key(f"model.{k}", {f"model.{f}" for f in model_fields}, UNKNOWN)
+        model[k] = v
+    return ModelConfig(**model)
+
+
 def map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
     """Our keyword arguments of ``cls`` for an RLlib config dict: renamed keys mapped, machinery
     ignored, fixed keys checked, nested sections converted; a ``ValueError`` names any key
     that is unknown or refused."""
     fields = {f.name for f in dataclasses.fields(cls)}
+    _preprocessor_pref(config)
     atari_options: dict[str, Any] = {}  # model.dim / framestack / grayscale of an Atari env
     env_config: dict[str, Any] | None = None
     out: dict[str, Any] = {}
@@ -126,28 +172,16 @@ def map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
             continue  # 0 or 1 (or a fraction): where the learner runs is JAX's default device
         if key in IGNORED_KEYS:
             continue
+        if key == "framework":
+            out.update(_grad_clip_mode(config))
+            continue
         if key in FIXED_KEYS:
             _fixed(key, value)
             continue
         if key == "seed":
             out["seed"] = 0 if value is None else value
         elif key == "model":
-            model_fields = {f.name for f in dataclasses.fields(ModelConfig)}
-            model = {}
-            atari_env = atari_game(config.get("env")) is not None
-            for k, v in dict(value).items():
-                if atari_env and k in ATARI_MODEL_KEYS:
-                    atari_options.update(_atari_option(k, v))
-                    continue
-                if k in IGNORED_MODEL_KEYS:
-                    continue
-                if f"model.{k}" in FIXED_KEYS:
-                    _fixed(f"model.{k}", v)
-                    continue
-                if k not in model_fields:
-                    unknown_key(f"model.{k}", {f"model.{f}" for f in model_fields}, UNKNOWN)
-                model[k] = v
-            out["model"] = ModelConfig(**model)
+            out["model"] = _model(value, atari_game(config.get("env")) is not None, atari_options)
         elif key == "exploration_config":
             out[key] = section(key, value, ExplorationConfig, UNKNOWN)
         elif key == "multiagent":
@@ -215,8 +249,10 @@ def from_rllib(config: Mapping[str, Any], algo: str = "dqn") -> DQNConfig:
     """Map an RLlib DQN / SimpleQ config dict (nested ``model``, ``exploration_config``, ...) to
     our config of ``algo`` (``"dqn"`` / ``"simple_q"``, or RLlib's ``"DQN"`` / ``"SimpleQ"``).
 
-    Keys that only steer RLlib's machinery (``framework``, ``num_gpus``, ...) are ignored on
-    purpose; an unknown or unsupported key raises a ``ValueError`` naming it.
+    Keys that only steer RLlib's machinery (``num_gpus``, ``log_level``, ...) are ignored on
+    purpose; ``framework`` selects its gradient clipping (tf: per tensor, torch: the global
+    norm) unless ``grad_clip_mode`` is given; an unknown or unsupported key raises a
+    ``ValueError`` naming it.
     """
     cls = config_class(algo)
     return cls(**map_rllib(cls, config))

@@ -244,16 +244,16 @@ def stored_mask(window: RawStep, count: int) -> Array | None:
 def frame_items(window: RawStep, *, count: int, gamma: Any, n: int) -> FrameItems:
     """``n_step_transitions`` of a window of stacked frames (``[W, E, H, Wd, S]``), stored once
     (``buffers.frames``): references ``[count * E]`` whose obs / next_obs are step numbers
-    counted from the window's first step, and the newest frame and episode depth of the window's
-    ``W + 1`` observations (its steps' and the last step's successor)."""
+    counted from the window's first step, and the newest frame and depth (``buffers.frames``) of
+    the window's ``W + 1`` observations (its steps' and the last step's successor)."""
     length, num_envs = window.reward.shape
     steps = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32)[:, None], (length, num_envs))
     refs = n_step_transitions(window._replace(obs=steps, next_obs=steps + 1), count=count, gamma=gamma, n=n)
     observations = jnp.concatenate([window.obs, window.next_obs[-1:]])  # [W + 1, E, H, Wd, S]
-    blank = jnp.all(observations == 0, axis=(2, 3)).astype(jnp.int32)  # [W + 1, E, S]
-    padding = jnp.sum(jnp.cumprod(blank, axis=-1), axis=-1)  # leading all-zero frames: the episode's padding
+    same = jnp.all(observations == observations[..., :1], axis=(2, 3)).astype(jnp.int32)  # [W + 1, E, S]
+    copies = jnp.sum(jnp.cumprod(same, axis=-1), axis=-1)  # the leading run of one frame (a reset's copies)
     return FrameItems(refs=FrameRef(transition=refs, env=jnp.tile(jnp.arange(num_envs, dtype=jnp.int32), count)),
-                      frames=observations[..., -1], depth=observations.shape[-1] - padding)
+                      frames=observations[..., -1], depth=observations.shape[-1] - copies + 1)
 
 
 def sequence_items(window: RawStep, *, seq_len: int, burn_in: int, gamma: Any,

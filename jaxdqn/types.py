@@ -70,7 +70,7 @@ class FrameItems(NamedTuple):
 
     refs: FrameRef  # leaves [K, ...]
     frames: Array  # [T, E, H, W] uint8: each step's newest frame (its stack's last)
-    depth: Array  # [T, E] int32: how many of each step's stacked frames are its episode's (the rest are 0)
+    depth: Array  # [T, E] int32: how many of each step's stacked frames the rebuild reads (buffers.frames)
 
 
 class FrameState(NamedTuple):

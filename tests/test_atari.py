@@ -22,18 +22,46 @@ SMALL = dict(env="PongNoFrameskip-v4", env_params={"img_height": 42, "img_width"
              evaluation_num_episodes=2)
 
 
-@pytest.mark.parametrize("name, game", [("PongNoFrameskip-v4", "pong"), ("BreakoutDeterministic-v4", "breakout"),
-                                        ("ALE/SpaceInvaders-v5", "space_invaders"), ("Qbert-ALE", "qbert"),
-                                        ("CartPole-v1", None), ("Breakout-MinAtar", None), ("Pong-v4", None)])
-def test_atari_names(name, game):
+@pytest.mark.parametrize("name, game, maxpool, frames", [
+    ("PongNoFrameskip-v4", "pong", True, 400_000), ("BreakoutDeterministic-v4", "breakout", False, 400_000),
+    ("ALE/SpaceInvaders-v5", "space_invaders", False, 108_000), ("Qbert-ALE", "qbert", True, 108_000),
+    ("CartPole-v1", None, None, None), ("Breakout-MinAtar", None, None, None), ("Pong-v4", None, None, None)])
+def test_atari_names(name, game, maxpool, frames):
+    """Per gym id, as RLlib's wrap_deepmind over gym's registrations: max-pooling only where RLlib
+    skips frames itself (NoFrameskip; ours is DeepMind's), gym's episode caps (-v4: 400k frames,
+    NoFrameskip's 400k steps or Deterministic's 100k of 4 frames; -v5 108k)."""
     assert atari_game(name) == game
     if game is not None:  # -v5 is sticky, as gym's ALE/...-v5 (Machado et al.)
-        assert atari.default_options(name)["repeat_action_probability"] == (0.25 if name.startswith("ALE/") else 0.0)
+        options = atari.default_options(name)
+        assert options["repeat_action_probability"] == (0.25 if name.startswith("ALE/") else 0.0)
+        assert (options["maxpool"], options["max_num_frames_per_episode"]) == (maxpool, frames)
 
 
-def test_the_step_after_an_episode_end_is_marked_as_no_transition():
-    """ALE's next-step autoreset: the step after ``terminated`` ignores the action and starts the
-    next episode (reward 0, not done); ``valid`` is False exactly there."""
+def reset_steps(done, end, *, life_lost=None, fire=True):
+    """Where a no-op-free FIRE game's steps are reset steps (plain numpy, RLlib's wrappers):
+    FIRE and 2 at the start, the autoreset step after a game's end and FIRE, 2 after it, and
+    after a lost life (``life_lost``: a termination that is not the game's end) a no-op, FIRE, 2."""
+    steps, num_envs = done.shape
+    expected = np.zeros_like(done)
+    for e in range(num_envs):
+        t, program = 0, 2 if fire else 0
+        while t < steps:
+            if program:
+                expected[t, e] = True
+                program -= 1
+            elif end[t, e]:
+                expected[t, e] = True
+                program = 2 if fire else 0
+            if done[t, e] and life_lost is not None and life_lost[t, e]:
+                program = 3 if fire else 1
+            t += 1
+    return expected
+
+
+def test_the_reset_steps_are_marked_as_no_transition():
+    """ALE's next-step autoreset: the step after a game's end ignores the action and starts the
+    next game (reward 0, not done); FIRE and 2 follow (RLlib's FireResetEnv). ``valid`` is
+    False exactly at those steps."""
     spec = envs.make_env("PongNoFrameskip-v4", {"img_height": 42, "img_width": 42}, num_envs=2)
     assert spec.obs_shape == (42, 42, 4) and spec.num_actions == 6
     obs, state = envs.reset(spec, jax.random.split(jax.random.key(0), 2))
@@ -41,14 +69,15 @@ def test_the_step_after_an_episode_end_is_marked_as_no_transition():
 
     def body(state, key):
         out, state = envs.step(spec, jax.random.split(key, 2), state, jax.random.randint(key, (2,), 0, 6))
-        return state, (out.reward, out.terminated | out.truncated, out.valid)
+        return state, (out.reward, out.terminated | out.truncated, out.valid, out.episode_end)
 
-    _, (reward, done, valid) = jax.lax.scan(body, state, jax.random.split(jax.random.key(1), 1500))
-    reward, done, valid = map(np.asarray, (reward, done, valid))
+    _, (reward, done, valid, end) = jax.lax.scan(body, state, jax.random.split(jax.random.key(1), 1500))
+    reward, done, valid, end = map(np.asarray, (reward, done, valid, end))
     assert done.sum() >= 2, "random Pong ends an episode within 1500 steps"
     after_end = np.zeros_like(done)
     after_end[1:] = done[:-1]
-    np.testing.assert_array_equal(valid, ~after_end)
+    np.testing.assert_array_equal(end, after_end)
+    np.testing.assert_array_equal(valid, ~reset_steps(done, end))
     assert np.all(reward[after_end] == 0) and not np.any(done[after_end])
     assert set(np.unique(reward[valid])) <= {-1.0, 0.0, 1.0}
 
@@ -56,8 +85,9 @@ def test_the_step_after_an_episode_end_is_marked_as_no_transition():
 @pytest.mark.parametrize("episodic_life", [True, False])
 def test_episodic_life_terminates_at_each_lost_life_and_scores_whole_games(episodic_life):
     """Breakout (5 lives), random play through the real ALE: with episodic life every lost life
-    is a termination (the learner does not bootstrap across it) and the scored episode, ended at
-    the ALE's reset step, is the whole game: 5 terminations per game; without it, 1."""
+    is a termination (the learner does not bootstrap across it), followed by a no-op, FIRE and
+    2 (RLlib's EpisodicLifeEnv and FireResetEnv), and the scored episode, ended at the ALE's reset
+    step, is the whole game: 5 terminations per game; without it, 1."""
     spec = envs.make_env("BreakoutNoFrameskip-v4", {"img_height": 42, "img_width": 42, "episodic_life": episodic_life},
                          num_envs=2)
     _, state = envs.reset(spec, jax.random.split(jax.random.key(0), 2))
@@ -68,10 +98,13 @@ def test_episodic_life_terminates_at_each_lost_life_and_scores_whole_games(episo
 
     _, (done, valid, end, reward) = jax.lax.scan(body, state, jax.random.split(jax.random.key(1), 1500))
     done, valid, end, reward = map(np.asarray, (done, valid, end, reward))
-    np.testing.assert_array_equal(valid, ~end)  # the reset step is the game's end, and no transition
     after_done = np.zeros_like(done)
     after_done[1:] = done[:-1]
     assert not np.any(end & ~after_done) and np.all(reward[end] == 0)  # a reset follows a termination
+    game_over = np.zeros_like(done)
+    game_over[:-1] = end[1:]
+    np.testing.assert_array_equal(valid, ~reset_steps(done, end, life_lost=(done & ~game_over) if episodic_life
+                                                       else None))
     for env in range(2):
         ends = np.flatnonzero(end[:, env])
         assert len(ends) >= 2, "random Breakout ends a game within 1500 steps"
@@ -87,8 +120,10 @@ def test_trainer_stores_only_real_transitions_and_scores_whole_episodes(tmp_path
     sampled = int(state.metrics.num_steps_sampled)
     ended = int(state.metrics.episodes.episodes_total)
     assert ended >= 1, result
-    # Every env step is one transition (n_step 1), except the reset step that ends each game.
-    assert int(buffers.size(state.buffer["default_policy"])) == sampled - ended
+    # Every env step is one transition (n_step 1), except the reset steps: FIRE and 2 at each
+    # game's start, and the autoreset step that ends each game (the last game's may be cut).
+    unstored = 2 * SMALL["num_envs_per_worker"] + 3 * ended
+    assert sampled - unstored - 2 <= int(buffers.size(state.buffer["default_policy"])) <= sampled - unstored
     # Pong scores: -21..21 per game, unclipped (clipping applies to what is stored).
     assert -21 <= result["episode_reward_mean"] <= 21 and result["episode_len_mean"] > 100
     stored = state.buffer["default_policy"].items.storage.transition  # frames stored once: references
@@ -156,7 +191,7 @@ def test_rllib_atari_duel_ddqn_yaml_is_one_program_per_game_and_its_replay_is_si
     envs_ = configs[0].num_envs
     rows = frames.ring_steps(1_000_000, envs_, 4, 1, 4) * envs_  # one 84x84 frame (+ its depth) per env step
     replay = rows * (84 * 84 + 4) + 1_000_000 * 6 * 4  # and six 4-byte leaves per transition
-    assert replay < 56e9 / 7.5
+    assert replay < 56e9 / 7
     limit = 4 * 2**30
     monkeypatch.setattr(resources, "available_memory", lambda device: (limit, "test memory"))
     assert cli.main(["train", "--config", str(DATA / "atari-duel-ddqn.yaml"), "--out", str(tmp_path), "--quiet"]) == 2
@@ -195,3 +230,63 @@ def test_a_sweep_over_atari_games_runs_each_game_as_its_own_program(tmp_path, ca
         assert params["env"] == r["env"]
         result = json.loads((out / r["trial"] / "result.json").read_text().splitlines()[-1])
         assert result["timesteps_total"] >= 1000
+
+
+@pytest.mark.parametrize("name", ["BreakoutNoFrameskip-v4", "BreakoutDeterministic-v4"])
+def test_breakout_matches_rllibs_deepmind_wrappers_over_the_raw_ale(name):
+    """Random play in Breakout against a plain-Python twin of RLlib's ``wrap_deepmind``
+    (tests/reference/rllib_atari.py) on the raw ALE, at the screen's own size: every observation
+    the agent acts on (stacks refilled with copies after each reset and lost life; max-pooled
+    only for NoFrameskip), every reward and termination of its steps, and each game's score (the
+    reset steps' rewards included) agree exactly; FIRE after every lost life keeps the games
+    going (RLlib's FireResetEnv). Deterministic's no-ops are steps, drawn 1..30 by the env: the
+    twin takes the drawn counts; NoFrameskip's are raw frames drawn by the ALE: 0 here."""
+    from tests.reference.rllib_atari import wrap_deepmind
+
+    deterministic = "Deterministic" in name
+    spec = envs.make_env(name, {"img_height": 210, "img_width": 160, "noop_max": 30 if deterministic else 0},
+                         num_envs=1)
+    keys = jax.random.split(jax.random.key(3), 1)
+    seed = int((jax.random.key_data(keys)[0, 0] >> 1).astype(jnp.int32))
+    steps = 700
+    actions = np.random.default_rng(0).integers(0, spec.num_actions, (steps, 1)).astype(np.int32)
+
+    def body(carry, xs):
+        obs, state = carry
+        action, key = xs
+        out, state = envs.step(spec, key[None], state, action)
+        return (out.obs, state), (obs, out.reward, out.terminated, out.truncated, out.valid, out.episode_end,
+                                  state.forced)
+
+    obs, state = envs.reset(spec, keys)
+    _, outs = jax.jit(lambda c, a: jax.lax.scan(body, c, a))(
+        (obs, state), (jnp.asarray(actions), jax.random.split(jax.random.key(4), steps)))
+    acted_on, reward, terminated, truncated, valid, end, forced = (np.asarray(x)[:, 0] for x in outs)
+    assert not truncated.any()
+    # The no-op steps of each game: its reset steps less FIRE and 2 (at the start, after each end).
+    noops = [int(state.forced[0]) - 2] + [int(f) - 2 for f in forced[end]]
+    if deterministic:
+        assert all(1 <= n <= 30 for n in noops) and len(set(noops)) > 1, noops
+    else:
+        assert noops == [0] * len(noops)
+
+    twin, raw = wrap_deepmind("breakout", seed, noops=iter(noops), deterministic=deterministic)
+    lives_env = twin.env.env  # FrameStack -> FireReset -> EpisodicLife
+    expected = twin.reset()
+    scores, ours, running = [], [], 0.0
+    for t in range(steps):
+        running += reward[t]
+        if end[t]:
+            ours.append(running - reward[t])
+            running = reward[t]
+        if not valid[t]:
+            continue
+        np.testing.assert_array_equal(acted_on[t], expected, err_msg=f"step {t}")
+        expected, r, done = twin.step(int(actions[t, 0]))
+        assert (reward[t], terminated[t]) == (r, done), t
+        if done:
+            if lives_env.was_real_done:
+                scores.append(raw.score)
+            expected = twin.reset()
+    assert terminated.sum() >= 10 and len(scores) >= 2  # lives lost and games over, play went on
+    assert ours == scores[:len(ours)] and len(ours) >= 2

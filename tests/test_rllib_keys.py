@@ -61,7 +61,7 @@ COMMON = [
     ("ignore_worker_failures", False, True, IGNORE),
     ("log_sys_usage", True, False, IGNORE),
     ("fake_sampler", False, True, REFUSE),
-    ("framework", "tf", "torch", IGNORE),
+    ("framework", "tf", "tf2", MAP),  # tf clips each gradient tensor (torch: tested below)
     ("eager_tracing", False, True, IGNORE),
     ("explore", True, False, MAP),
     ("exploration_config", {"type": "EpsilonGreedy"}, {"final_epsilon": 0.1}, MAP),
@@ -203,7 +203,7 @@ TARGETS = {
     "evaluation_num_episodes": ("evaluation_num_episodes", 5), "evaluation_config": ("evaluation_config.explore", True),
     "metrics_smoothing_episodes": ("metrics_smoothing_episodes", 10), "min_iter_time_s": ("min_iter_time_s", 5),
     "timesteps_per_iteration": ("timesteps_per_iteration", 500), "seed": ("seed", 3),
-    "multiagent": ("multiagent.policies", {"p0": {}}), "replay_sequence_length": None,
+    "multiagent": ("multiagent.policies", {"p0": {}}), "framework": ("grad_clip_mode", "per_tensor"), "replay_sequence_length": None,
     "num_atoms": ("num_atoms", 51), "v_min": ("v_min", -5.0), "v_max": ("v_max", 5.0), "noisy": ("noisy", True),
     "sigma0": ("sigma0", 0.1), "dueling": ("dueling", False), "hiddens": ("hiddens", [64]),
     "double_q": ("double_q", False), "n_step": ("n_step", 3),
@@ -270,3 +270,33 @@ def test_evaluation_workers_without_an_interval_warn_as_rllib_does():
         warnings.simplefilter("error")
         assert from_rllib({"evaluation_num_workers": 2, "evaluation_interval": 3}).evaluation_interval == 3
         from_rllib({"evaluation_num_workers": 0})
+
+
+def test_framework_selects_rllibs_gradient_clipping_unless_grad_clip_mode_is_given():
+    """RLlib 1.x's tf policies clip each gradient tensor by ``grad_clip`` (``minimize_and_clip``),
+    its torch policies the global norm (``apply_grad_clipping``): the bundled RLlib YAMLs say
+    ``framework: tf``."""
+    import pathlib
+
+    from jaxdqn.cli import documents
+
+    assert from_rllib({"framework": "tf"}).grad_clip_mode == "per_tensor"
+    assert from_rllib({"framework": "torch"}).grad_clip_mode == "global_norm"
+    assert from_rllib({}).grad_clip_mode == "global_norm"
+    assert from_rllib({"framework": "tf", "grad_clip_mode": "global_norm"}).grad_clip_mode == "global_norm"
+    with pytest.raises(ValueError, match=r"framework='mxnet'.*supported: \['tf', 'tf2', 'tfe', 'torch'\]"):
+        from_rllib({"framework": "mxnet"})
+    for path in sorted((pathlib.Path(__file__).parent / "data" / "rllib").glob("*.yaml")):
+        doc = documents.read_yaml(str(path))
+        _, variants, _, _, _ = documents.document_variants(doc, path.name)
+        assert all(config.get("grad_clip_mode") == "per_tensor" for _, config in variants), path.name
+
+
+def test_preprocessor_pref_other_than_deepmind_is_refused_for_atari():
+    """RLlib wraps an Atari env with wrap_deepmind only under ``preprocessor_pref: deepmind`` (its
+    default); jaxdqn has no other Atari preprocessing, so another choice is refused there and
+    ignored elsewhere (RLlib's generic preprocessors leave a gymnax env's vectors alone)."""
+    with pytest.raises(ValueError, match="preprocessor_pref='rllib'.*supported: 'deepmind'"):
+        from_rllib({"env": "PongNoFrameskip-v4", "preprocessor_pref": "rllib"})
+    assert from_rllib({"env": "PongNoFrameskip-v4", "preprocessor_pref": "deepmind"}).env == "PongNoFrameskip-v4"
+    assert from_rllib({"env": "CartPole-v1", "preprocessor_pref": None}) == from_rllib({"env": "CartPole-v1"})

@@ -6,21 +6,27 @@ stored as ``(obs, next_obs)`` holds ``2 S`` frames of which ``S + 1`` overlap it
 with its observations replaced by step numbers, and a ring of frames holds each step's newest
 frame once per env (1M transitions: about 7 GB). A stack is rebuilt when sampled:
 
-    stack(s, e)[..., j] = frames[s - S + 1 + j, e]   if j >= S - depth[s, e],   else 0
+    stack(s, e)[..., j] = frames[s - min(S - 1 - j, depth[s, e] - 1), e]
 
-``depth`` counts the frames of a stack that belong to its episode (the ALE zero-pads a new
-episode's stack: ``[0, 0, 0, f0]``). The rebuilt stacks equal the stored ones exactly when each
-step's stack continues the previous step's within an episode, which the ALE's frame stacking
-does (tests/test_frames.py checks it on real games, and checks the rebuild against the stacks).
+``depth`` counts a stack's frames from the last of its leading run of equal frames: a
+reset fills the stack with copies of its first frame (RLlib's ``FrameStack``: ``[f0, f0, f0,
+f0]``, depth 1), so the rebuild repeats the episode's first frame instead of reaching into the
+previous episode. A stack whose leading frames merely look alike rebuilds the same either way,
+so ``depth`` is read off the stack itself (``rollout.frame_items``). The rebuilt stacks equal the
+stored ones exactly when each step's stack continues the previous step's within an episode,
+which ``atari.AtariEnv``'s stacking does (tests/test_frames.py checks it on real games, and
+checks the rebuild against the stacks).
 
 ``make_frame_replay(inner, ...)`` wraps a uniform or prioritized buffer of ``FrameRef`` items;
 ``add`` takes ``FrameItems`` (the fragment's ``K`` references, steps counted from its first
 step, and the newest frame and depth of its ``T = L + n`` steps: the last ``n`` are written
 again, identically, by the next store) and ``sample`` returns whole ``Transition``s, as the
-plain buffer would. The frame ring keeps ``P = ceil(N / E) * 33 / 32 + T + S`` steps per env:
+plain buffer would. The frame ring keeps ``P = ceil(N / E) * 17 / 16 + T + S`` steps per env:
 ``N`` items span ``N / E`` steps of ``E`` envs, plus the steps whose items were not stored
-(autoreset steps: one per game). A sampled item whose frames were overwritten (possible only if
-more than 1/32 of the steps were unstored) gets importance weight 0, so it never trains.
+(reset steps: the autoreset, no-ops and FIRE of each game, the no-op and FIRE after each lost
+life). A sampled item whose frames were overwritten (possible only where more than 1/16 of
+the steps were unstored, as in the short games of random play) gets importance weight 0, so it
+never trains.
 """
 
 from __future__ import annotations
@@ -36,18 +42,16 @@ Array = jax.Array
 def ring_steps(capacity: int, num_envs: int, fragment_length: int, n_step: int, stack: int) -> int:
     """``P``: the steps per env the frame ring keeps (see the module docstring)."""
     span = -(-capacity // num_envs)
-    return span + -(-span // 32) + fragment_length + n_step + stack
+    return span + -(-span // 16) + fragment_length + n_step + stack
 
 
 def stacks(state: FrameState, steps: Array, env: Array, stack: int) -> Array:
     """The observations of ``steps`` ``[B]`` of envs ``env`` ``[B]``: ``[B, H, W, S]`` uint8."""
     rows = state.frames.shape[0]
     j = jnp.arange(stack, dtype=jnp.int32)
-    source = (steps[:, None] - (stack - 1) + j) % rows  # [B, S]
     depth = state.depth[steps % rows, env]  # [B]
-    frames = state.frames[source, env[:, None]]  # [B, S, H, W]
-    real = j[None, :] >= stack - depth[:, None]
-    frames = jnp.where(real[:, :, None, None], frames, jnp.zeros((), frames.dtype))
+    back = jnp.minimum(stack - 1 - j[None, :], depth[:, None] - 1)  # [B, S]: the leading copies repeat one frame
+    frames = state.frames[(steps[:, None] - back) % rows, env[:, None]]  # [B, S, H, W]
     return jnp.moveaxis(frames, 1, -1)
 
 
