@@ -39,9 +39,13 @@ class QOutput(NamedTuple):
 
 
 def default_conv_filters(obs_shape: Sequence[int]) -> tuple[tuple[int, int, int], ...]:
-    """RLlib-style defaults: Atari 84x84 (Nature DQN), MinAtar 10x10, else one 3x3 layer."""
-    height = obs_shape[0]
-    if height >= 84:
+    """RLlib 1.x's ``get_filter_config`` for 84x84 and 42x42 images (the last layer's 11x11
+    kernel covers what the first two leave). RLlib has no default for other shapes (it raises);
+    ours: the Nature DQN stack above 84, RLlib's 42x42 one from 42, one 3x3 layer below (MinAtar)."""
+    height, width = obs_shape[:2]
+    if (height, width) == (84, 84):
+        return ((16, 8, 4), (32, 4, 2), (256, 11, 1))
+    if height > 84:
         return ((32, 8, 4), (64, 4, 2), (64, 3, 1))
     if height >= 42:
         return ((16, 4, 2), (32, 4, 2), (256, 11, 1))
@@ -101,7 +105,9 @@ class NoisyDense(nn.Module):
     """Factorised-Gaussian noisy linear layer (Fortunato et al. 2018).
 
     ``w = mu_w + sigma_w * f(eps_out) f(eps_in)^T`` with ``f(x) = sign(x) sqrt|x|``, fresh noise
-    from the ``"noise"`` RNG stream on every call unless ``deterministic``.
+    from the ``"noise"`` RNG stream on every call unless ``deterministic``. Initialised as RLlib
+    1.x's ``_noisy_layer``: ``mu_w`` Glorot-uniform, ``mu_b`` 0, ``sigma_w ~ U(+-1/sqrt(in))`` and
+    ``sigma_b = sigma0 / sqrt(in)`` (``sigma0`` scales only the bias noise).
     """
 
     features: int
@@ -112,11 +118,10 @@ class NoisyDense(nn.Module):
         fan_in = x.shape[-1]
         bound = 1.0 / jnp.sqrt(fan_in)
         uniform = lambda key, shape: jax.random.uniform(key, shape, minval=-bound, maxval=bound)  # noqa: E731
-        mu_w = self.param("mu_kernel", uniform, (fan_in, self.features))
-        mu_b = self.param("mu_bias", uniform, (self.features,))
-        sigma = self.sigma0 / jnp.sqrt(fan_in)
-        sigma_w = self.param("sigma_kernel", nn.initializers.constant(sigma), (fan_in, self.features))
-        sigma_b = self.param("sigma_bias", nn.initializers.constant(sigma), (self.features,))
+        mu_w = self.param("mu_kernel", nn.initializers.glorot_uniform(), (fan_in, self.features))
+        mu_b = self.param("mu_bias", nn.initializers.zeros, (self.features,))
+        sigma_w = self.param("sigma_kernel", uniform, (fan_in, self.features))
+        sigma_b = self.param("sigma_bias", nn.initializers.constant(self.sigma0 / jnp.sqrt(fan_in)), (self.features,))
         if deterministic:
             return x @ mu_w + mu_b
         key_in, key_out = jax.random.split(self.make_rng("noise"))

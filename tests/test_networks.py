@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from jaxdqn import DQNConfig, ModelConfig
 from jaxdqn.config import QHeadConfig
-from jaxdqn.networks import QNetwork
+from jaxdqn.networks import QNetwork, default_conv_filters
 
 RNGS = {"params": jax.random.key(0), "noise": jax.random.key(1)}
 
@@ -68,8 +68,24 @@ def test_noisy_layers_resample_noise_and_have_a_deterministic_mean():
     c = net.apply(params, obs, deterministic=True).q
     d = net.apply(params, obs, deterministic=True).q
     np.testing.assert_array_equal(c, d)
-    sigma = params["params"]["advantage_hidden_0"]["sigma_kernel"]
-    np.testing.assert_allclose(sigma, 0.5 / np.sqrt(8), rtol=1e-6)  # sigma0 / sqrt(fan_in)
+
+
+def test_noisy_layers_initialise_as_rllibs():
+    """RLlib 1.x's ``_noisy_layer`` (dqn tf model): ``sigma_w ~ U(+-1/sqrt(in))``, ``sigma_b =
+    sigma0 / sqrt(in)`` (``sigma0`` scales only the bias noise), ``w`` Glorot-uniform
+    (``+-sqrt(6 / (in + out))``), ``b`` zeros."""
+    fan_in, out = 64, 48
+    net = QNetwork(2, ModelConfig(fcnet_hiddens=(fan_in,)), QHeadConfig(hiddens=(out,), noisy=True, sigma0=0.3))
+    layer = net.init(RNGS, jnp.ones((1, 4)))["params"]["advantage_hidden_0"]
+    bound = 1 / np.sqrt(fan_in)
+    sigma_w = np.asarray(layer["sigma_kernel"])
+    assert sigma_w.shape == (fan_in, out) and np.all(np.abs(sigma_w) <= bound)
+    assert abs(sigma_w.std() - bound / np.sqrt(3)) < 0.1 * bound and abs(sigma_w.mean()) < 0.05 * bound  # U(-b, b)
+    np.testing.assert_allclose(layer["sigma_bias"], 0.3 / np.sqrt(fan_in), rtol=1e-6)
+    glorot = np.sqrt(6 / (fan_in + out))
+    mu_w = np.asarray(layer["mu_kernel"])
+    assert np.all(np.abs(mu_w) <= glorot) and abs(mu_w.std() - glorot / np.sqrt(3)) < 0.1 * glorot
+    np.testing.assert_array_equal(layer["mu_bias"], 0.0)
 
 
 def test_lstm_carries_state_and_resets_at_episode_starts():
@@ -156,8 +172,12 @@ def test_conv_torso_pads_as_rllibs_vision_network():
     MinAtar's one 3x3 layer gives 8 x 8 x 16 features (the MinAtar paper's 1024), RLlib's 42x42
     filters end in 1 x 1 x 256. As there, ``fcnet_hiddens`` (here their default, two tanh layers
     of 256) add no layer after the convs: the features are the last conv layer's."""
+    # RLlib 1.x's get_filter_config: the defaults at 84x84 and 42x42.
+    assert default_conv_filters((84, 84, 4)) == ((16, 8, 4), (32, 4, 2), (256, 11, 1))
+    assert default_conv_filters((42, 42, 4)) == ((16, 4, 2), (32, 4, 2), (256, 11, 1))
     for obs_shape, filters, features in [((10, 10, 4), ((16, 3, 1),), 8 * 8 * 16),
                                          ((42, 42, 4), ((16, 4, 2), (32, 4, 2), (256, 11, 1)), 256),
+                                         ((84, 84, 4), ((16, 8, 4), (32, 4, 2), (256, 11, 1)), 256),
                                          ((84, 84, 4), ((32, 8, 4), (64, 4, 2), (64, 3, 1)), 9 * 9 * 64)]:
         net = QNetwork(3, ModelConfig(conv_filters=filters), QHeadConfig(hiddens=(), dueling=False))
         assert net.model.fcnet_hiddens == (256, 256)
