@@ -216,16 +216,17 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
     hyper = config.hyperparams if hyper is None else hyper
     build = multiagent.make_worker if multiagent.is_multi_agent_config(config) else worker_.single_agent
     worker = build(config, hyper, num_envs=num_envs, buffer_size=buffer_size, axis_name=axis_name)
+    primed = worker.pending if worker.primed else 0
     schedule = make_schedule(steps_per_store=config.rollout_fragment_length * config.num_envs,
                              replayed_steps=config.train_batch_size * config.sequence_length,
                              training_intensity=config.training_intensity, learning_starts=config.learning_starts,
-                             timesteps_per_iteration=config.timesteps_per_iteration)
+                             timesteps_per_iteration=config.timesteps_per_iteration,
+                             primed_steps=primed * config.num_envs)
     epsilon, sample, store, replay = make_ops(config, hyper, worker, schedule, num_envs, batch_size,
                                               before_learn_on_batch)
     learn, iteration, run_chunk = make_loops(schedule, sample, store, replay)
-    primed = worker.pending if worker.primed else 0
-    ring = metrics.ring_size(config.metrics_smoothing_episodes, schedule.steps_per_chunk + schedule.warmup_stores
-                             * schedule.steps_per_store + primed * config.num_envs, num_replicas)
+    ring = metrics.ring_size(config.metrics_smoothing_episodes,
+                             schedule.max_chunk_stores * schedule.steps_per_store + schedule.warmup_steps, num_replicas)
     gather = metrics.gatherer(axis_name)
 
     def init(key: Array) -> TrainState:
@@ -253,15 +254,14 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         return repeat(lambda s: store(*sample(s)), state, schedule.warmup_stores)
 
     def chunk(state: TrainState) -> tuple[TrainState, dict[str, Array]]:
-        """About ``timesteps_per_iteration`` env steps (whole schedule periods) and their report
-        (``metrics.close_report``: RLlib's result of the period)."""
+        """The env steps up to the next report (``Schedule.chunk_stores``: RLlib's
+        ``OncePerTimestepsElapsed``) and the report (``metrics.close_report``: RLlib's result)."""
         state = run_chunk(state)
         report, m = metrics.close_report(state.metrics, gather, config.metrics_smoothing_episodes)
         report["params_finite"] = params_finite(state)  # the shell stops a diverged run on it
         return state._replace(metrics=m), report
 
-    chunks = count_chunks(config.total_timesteps, schedule,
-                          schedule.warmup_stores * schedule.steps_per_store + primed * config.num_envs)
+    chunks = count_chunks(config.total_timesteps, schedule)
 
     def train(key: Array) -> tuple[TrainState, dict[str, Array]]:
         """``total_timesteps`` env steps, the warm-up's included (rounded up to whole chunks); the
@@ -280,10 +280,12 @@ def make_loops(schedule: Schedule, sample: Callable, store: Callable, replay: Ca
     ``learn(state, items, replays=None)``: store, then ``replays`` replays (an int, a traced
     count, or None: what the carried credit pays for), the last one reporting its statistics.
     ``iteration(state, _)``: one period of the schedule, every replay reporting.
-    ``run_chunk(state)``: ``stores_per_chunk`` rounds of ``sample -> learn`` in which only the
-    chunk's last replay computes the statistics: a static pattern peels its last round; in a
-    credit schedule the last replay depends on the credit, so each replay picks the reporting
-    or the quiet form with a ``lax.cond`` on whether any replay follows in the chunk.
+    ``run_chunk(state)``: the rounds of ``sample -> learn`` up to the next report (a count
+    traced from the state's counters, ``Schedule.chunk_stores``: one program for the first
+    chunk and the later ones) in which only the chunk's last replay computes the statistics: a
+    static pattern peels its last round (a chunk ends at a store with a replay); in a credit
+    schedule the last replay depends on the credit, so each replay picks the reporting or the
+    quiet form with a ``lax.cond`` on whether any replay follows in the chunk.
     """
     p, q = schedule.replays, schedule.stores
     quiet = functools.partial(replay, statistics=False)
@@ -328,12 +330,19 @@ def make_loops(schedule: Schedule, sample: Callable, store: Callable, replay: Ca
         return rounds(state, schedule.replay_counts(q), True), None
 
     def run_chunk(state: TrainState) -> TrainState:
-        n = schedule.stores_per_chunk
+        m = state.metrics
+        n = schedule.chunk_stores(m.num_steps_sampled, m.num_steps_sampled - m.sampled_at_report,
+                                  jnp.asarray(schedule.gaps)).astype(jnp.int32)
         if schedule.credit:
-            return lax.scan(lambda s, remaining: (credit_round(s, remaining), None), state,
-                            jnp.arange(n - 1, -1, -1, dtype=jnp.int32))[0]
-        counts = schedule.replay_counts(n)
-        state = rounds(state, counts[:-1], False) if n > 1 else state
-        return replays(store(*sample(state)), int(counts[-1]), True)
+            return lax.fori_loop(jnp.int32(0), n, lambda i, s: credit_round(s, n - 1 - i), state)
+        counts = schedule.replay_counts(q)
+        if len(set(counts.tolist())) == 1:  # p / 1: the same static count after every store
+            state = repeat(lambda s: replays(store(*sample(s)), int(counts[0]), False), state, n - 1)
+            return replays(store(*sample(state)), int(counts[0]), True)
+        table, phase = jnp.asarray(counts), schedule.phase(m.num_steps_sampled)
+        state = lax.fori_loop(jnp.int32(0), n - 1,
+                              lambda i, s: replays(store(*sample(s)), table[(phase + i) % q], False), state)
+        state = store(*sample(state))  # the chunk's last store has a replay: its last one reports
+        return replay(repeat(quiet, state, table[(phase + n - 1) % q] - 1))
 
     return learn, iteration, run_chunk

@@ -34,6 +34,7 @@ NUM_ENVS, BATCH, BUFFER, STARTS = 16, 128, 10_000, 10_000
 
 def worker(devices: int, seeds: int | None, timesteps: int, repeats: int) -> dict:
     import jax
+    import numpy as np
 
     from jaxdqn import DQNConfig, ExplorationConfig, ModelConfig, parallel
     from jaxdqn.plan import make_plan
@@ -71,11 +72,11 @@ def worker(devices: int, seeds: int | None, timesteps: int, repeats: int) -> dic
         start = time.perf_counter()
         _, reports = run(k)
         returns = jax.block_until_ready(reports["episode_reward_mean"])
+        sampled, trained = (int(np.asarray(reports[key])[..., -1].ravel()[0])
+                            for key in ("num_steps_sampled", "num_steps_trained"))
         times.append(time.perf_counter() - start)
         final = float(jax.numpy.nanmean(returns[..., -1]))
-    s = plan.schedule
-    env_steps = plan.num_chunks * s.steps_per_chunk + s.warmup_stores * s.steps_per_store
-    sgd_steps = plan.num_chunks * int(s.replay_counts(s.stores_per_chunk).sum())
+    env_steps, sgd_steps = sampled, trained // config.train_batch_size  # one run's, all devices'
     runs = seeds or 1
     seconds = statistics.median(times)
     return {"row": layout.describe(), "devices": devices, "seeds": runs, "compile_s": compile_s, "run_s": seconds,

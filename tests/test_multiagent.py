@@ -284,7 +284,8 @@ def test_a_chunk_reports_every_policys_statistics_of_its_last_sgd_step():
     """As for one agent (tests/test_plan.py): only the chunk's last replay computes the learner
     statistics; state and per-policy statistics equal those of step-by-step iterations."""
     plan = make_plan(tagged_config())
-    iterations = plan.schedule.stores_per_chunk // plan.schedule.period
+    s = plan.schedule
+    iterations = s.chunk_stores(s.warmup_steps, s.warmup_steps) // s.period  # the first chunk's
     assert iterations > 1
     state = jax.jit(plan.init)(jax.random.key(1))
     fast, report = jax.jit(plan.chunk)(state)

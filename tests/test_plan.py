@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdqn import DQNConfig, ModelConfig, SimpleQConfig
+from jaxdqn import DQNConfig, ModelConfig, SimpleQConfig, Trainer
 from jaxdqn._platform import plan_key
 from jaxdqn.plan import make_plan, make_train
 
@@ -148,13 +148,15 @@ def test_target_syncs_when_more_than_freq_steps_were_sampled():
     schedule, init, chunk = plan.schedule, plan.init, plan.chunk
     state = jax.jit(init)(jax.random.key(0))
     sampled = int(state.metrics.num_steps_sampled)
-    state, report = jax.jit(chunk)(state)
+    run = jax.jit(chunk)
+    state, report = run(run(state)[0])  # the first chunk, then a whole one
     # RLlib 1.x's UpdateTargetNetwork over the same schedule: a replay syncs when sampled - last > freq
     # (strictly: with steps of 16 and freq 48 every 64 steps, not every 48).
     last, count = 0, 0
-    for replays in schedule.replay_counts(schedule.stores_per_chunk):
+    assert schedule.period == 1 and int(report["timesteps_this_iter"]) == schedule.steps_per_chunk
+    while sampled < int(report["num_steps_sampled"]):
         sampled += schedule.steps_per_store
-        for _ in range(replays):
+        for _ in range(schedule.replays):
             if sampled - last > 48:
                 count, last = count + 1, sampled
     assert int(report["num_target_updates"]) == count > 3
@@ -245,7 +247,8 @@ def test_a_chunk_reports_the_statistics_of_its_last_sgd_step(training_intensity)
     step (``plan.iteration(state)`` called on its own)."""
     config = DQNConfig(**{**TINY, "training_intensity": training_intensity, "n_step": 2})
     plan = make_plan(config)
-    iterations = plan.schedule.stores_per_chunk // plan.schedule.period
+    s = plan.schedule
+    iterations = s.chunk_stores(s.warmup_steps, s.warmup_steps) // s.period  # the first chunk's
     assert iterations > 1
     state = jax.jit(plan.init)(jax.random.key(3))
     fast, report = jax.jit(plan.chunk)(state)
@@ -275,3 +278,49 @@ def assert_equal_but_learner_stats(a, b):
             np.testing.assert_array_max_ulp(np.asarray(x), np.asarray(y), maxulp=8)
         else:
             np.testing.assert_array_equal(x, y)
+
+
+def rllib_report_points(*, learning_starts, timesteps_per_iteration, steps_per_store, replay_counts, sampled,
+                        reports):
+    """RLlib 1.x's reporting (plain Python): ``StandardMetricsReporting`` passes a replay op's
+    output through ``OncePerTimestepsElapsed(timesteps_per_iteration)``: an output passes when
+    ``sampled - last_returned >= timesteps_per_iteration`` (``last_returned`` starts at 0), and the
+    replay op outputs nothing before the buffer holds ``learning_starts`` steps. Returns the
+    sampled counts of the first ``reports`` results; ``replay_counts(k)``: the replays after the
+    ``k``-th store that found the buffer full enough (k from 0)."""
+    points, last, k = [], 0, 0
+    while len(points) < reports:
+        sampled += steps_per_store
+        if sampled < learning_starts:
+            continue
+        for _ in range(replay_counts(k)):
+            if sampled - last >= timesteps_per_iteration:
+                last = sampled
+                points.append(sampled)
+        k += 1
+    return points
+
+
+@pytest.mark.parametrize("learning_starts, timesteps_per_iteration, training_intensity", [
+    (1000, 256, None), (64, 1000, None), (500, 500, None), (300, 200, 1.5)])
+def test_results_come_when_rllibs_once_per_timesteps_elapsed_passes(learning_starts, timesteps_per_iteration,
+                                                                     training_intensity):
+    """The first result at about max(learning_starts, timesteps_per_iteration) env steps, then one
+    per timesteps_per_iteration (RLlib's OncePerTimestepsElapsed; not learning_starts +
+    timesteps_per_iteration, at a store with a replay): the Trainer's timesteps_total equal
+    RLlib's report points, with one replay per store and with a pattern of period q."""
+    config = SimpleQConfig(**{**TINY, "learning_starts": learning_starts, "buffer_size": 4000,
+                              "timesteps_per_iteration": timesteps_per_iteration})
+    if training_intensity is not None:
+        config = DQNConfig(**{**PLAIN, "learning_starts": learning_starts, "buffer_size": 4000,
+                              "timesteps_per_iteration": timesteps_per_iteration,
+                              "training_intensity": training_intensity})
+    trainer = Trainer(config)
+    s = trainer.plan.schedule
+    ours = [trainer.train()["timesteps_total"] for _ in range(4)]
+    pattern = s.replay_counts(s.stores)
+    rllib = rllib_report_points(learning_starts=learning_starts, timesteps_per_iteration=timesteps_per_iteration,
+                                steps_per_store=s.steps_per_store, replay_counts=lambda k: pattern[k % s.stores],
+                                sampled=s.warmup_steps - s.warmup_stores * s.steps_per_store, reports=4)
+    assert ours == rllib
+    assert ours[0] < learning_starts + timesteps_per_iteration
