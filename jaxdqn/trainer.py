@@ -186,9 +186,8 @@ class Trainer:
 
     # --- RLlib's API ---------------------------------------------------------------------------
     def train(self) -> Any:
-        """One iteration: a chunk up to RLlib's next result (``timesteps_per_iteration`` env
-        steps since the last one, the first counted from 0: ``Schedule.chunk_stores``), or more
-        chunks until ``min_iter_time_s`` has passed; then, every
+        """One iteration: a chunk up to RLlib's next result (``Schedule.chunk_stores``), or
+        more chunks until ``min_iter_time_s`` has passed; then, every
         ``evaluation_interval`` iterations, an ``evaluate()`` whose results come under
         ``"evaluation"`` (RLlib's ``Trainer.train``). The first iteration counts the warm-up's
         steps and episodes too, so ``timesteps_this_iter`` sums to ``timesteps_total``.

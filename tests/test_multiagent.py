@@ -182,7 +182,9 @@ def test_independent_replay_keeps_each_policys_agents_and_reports_per_policy():
     for pid, tags, per_store in (("p0", {0.0}, 10), ("p1", {1.0, 2.0}, 20)):
         buffer = state.buffer[pid]
         count = int(size(buffer))
-        assert count == per_store * (1 + 4)  # a warm-up store (the next reaches learning_starts), then 4 of 10 env steps
+        # a warm-up store (the next reaches learning_starts), then 3 of 10 env steps: results at 20 env
+        # steps (RLlib's first at max(learning_starts, timesteps_per_iteration)) and 40 (total_timesteps)
+        assert count == per_store * (1 + 3)
         items = jax.tree_util.tree_map(lambda x: np.asarray(x[:count]), buffer.storage.storage)
         assert set(np.unique(items.obs[:, 0])) == tags
         # 2-step returns of agent i: (i+1)(1 + gamma), or (i+1) on an episode's last step
@@ -202,7 +204,7 @@ def test_independent_replay_keeps_each_policys_agents_and_reports_per_policy():
     np.testing.assert_allclose(reports["learner/p1/cur_lr"][-1], 1e-2)  # the override
     np.testing.assert_allclose(reports["learner/p0/cur_lr"][-1], 5e-4)
     assert np.isfinite(reports["learner/p0/loss"][-1]) and np.isfinite(reports["learner/p1/loss"][-1])
-    assert reports["num_steps_trained"][-1] == 4 * 8  # 4 replays of train_batch_size env steps
+    assert reports["num_steps_trained"][-1] == 3 * 8  # 3 replays (one per store after the warm-up) of 8 env steps
 
 
 def test_lockstep_replays_joint_steps_and_policies_to_train_freezes_the_rest():
@@ -214,7 +216,7 @@ def test_lockstep_replays_joint_steps_and_policies_to_train_freezes_the_rest():
     state, reports = jax.jit(plan.train)(jax.random.key(0))
     items = state.buffer["lockstep"].storage
     count = int(state.buffer["lockstep"].size)
-    assert count == 10 * (1 + 4)  # one joint item per env step: a warm-up store, then 4
+    assert count == 10 * (1 + 3)  # one joint item per env step: a warm-up store, then 3
     # every joint item holds the three agents at the same time step
     times = np.stack([np.asarray(items[a].obs[:count, 1]) for a in TaggedEnv.agents])
     assert np.all(times == times[0])
@@ -283,7 +285,7 @@ def test_trainer_reports_rllib_multiagent_results_and_round_trips(tmp_path):
 def test_a_chunk_reports_every_policys_statistics_of_its_last_sgd_step():
     """As for one agent (tests/test_plan.py): only the chunk's last replay computes the learner
     statistics; state and per-policy statistics equal those of step-by-step iterations."""
-    plan = make_plan(tagged_config())
+    plan = make_plan(tagged_config(learning_starts=10))  # no warm-up: a first chunk of 2 stores
     s = plan.schedule
     iterations = s.chunk_stores(s.warmup_steps, s.warmup_steps) // s.period  # the first chunk's
     assert iterations > 1

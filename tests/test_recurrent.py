@@ -221,9 +221,10 @@ def test_trainer_round_trips_a_recurrent_run_and_acts_with_state(tmp_path):
     config = small_recurrent_config(total_timesteps=1000)
     trainer = Trainer(config)
     first = trainer.train()
-    assert first["timesteps_total"] == 24 + 24
-    # one replay of 4 sequences x 5 steps per store of 12 env steps (RLlib's round robin [1, 1])
-    assert first["info"]["num_steps_trained"] == 2 * 4 * 5
+    # RLlib's first result at max(learning_starts 36, timesteps_per_iteration 24): the store that
+    # brings the buffer to 36 steps, then one replay of 4 sequences x 5 steps (round robin [1, 1])
+    assert first["timesteps_total"] == 36
+    assert first["info"]["num_steps_trained"] == 1 * 4 * 5
     path = trainer.save(tmp_path)
     after = trainer.train()
     buffer = trainer.state.buffer["default_policy"]
