@@ -122,7 +122,8 @@ def init(network: QNetwork, optimizer: optax.GradientTransformation, key: Array,
 def make_loss(loss: LossConfig, network: QNetwork) -> Callable:
     """``loss(params, target_params, items: Transition, weights, key) -> (loss, (td [B], q_selected [B],
     mean_td_error []))``: ``td`` is ``target - Q`` (C51: the cross-entropy), the priority's source;
-    ``mean_td_error`` is RLlib's statistic, the mean of ``Q - target`` (C51: of the cross-entropy)."""
+    ``mean_td_error`` is RLlib's statistic, the mean of ``Q - target`` (C51: of the cross-entropy).
+    With ``loss.h_function_epsilon`` the target is R2D2's rescaled ``h(r + discount * h^-1(Q'))``."""
     td_loss = losses.huber if loss.td_error_loss_fn == "huber" else losses.mse
 
     def apply(params, obs, key):
@@ -135,7 +136,12 @@ def make_loss(loss: LossConfig, network: QNetwork) -> Callable:
         selector = apply(lax.stop_gradient(params), items.next_obs, selector_key) if loss.double_q else out_t
         q_selected = jnp.take_along_axis(out_tm1.q, items.action[:, None], axis=-1)[:, 0]
         if network.head.num_atoms == 1:
-            if loss.double_q:
+            if loss.h_function_epsilon is not None:  # R2D2's rescaled target
+                a_t = exploration.greedy(selector.q)  # double Q: the online net picks (else the target's max)
+                v_t = jnp.take_along_axis(out_t.q, a_t[:, None], axis=-1)[:, 0]
+                target = losses.rescaled_target(items.reward, items.discount, v_t, loss.h_function_epsilon)
+                td = lax.stop_gradient(target) - q_selected
+            elif loss.double_q:
                 td = jax.vmap(losses.double_q_learning_td)(
                     out_tm1.q, items.action, items.reward, items.discount, out_t.q, selector.q
                 )
@@ -171,7 +177,8 @@ def make_sequence_loss(loss: LossConfig, network: QNetwork, *, gamma: Any, eta: 
     ``next_obs`` is the old episode's final observation, not the next slot's ``obs``). n-step
     targets (``loss.n_step``) are summed inside the slice and stop at an episode's end and at
     the slice's last valid step, which then bootstraps with ``gamma ** k`` for the ``k`` steps
-    taken (``losses.n_step_returns``).
+    taken (``losses.n_step_returns``); with ``loss.h_function_epsilon``, R2D2's rescaled target
+    ``h(return + discount * h^-1(Q'))``.
 
     Returns ``(loss, (priority [B], q_selected [B, L], mean_td_error []))``: a sequence's priority
     is RLlib's / R2D2's mix ``eta * max|td| + (1 - eta) * mean|td|`` over its trained steps;
@@ -221,7 +228,11 @@ def make_sequence_loss(loss: LossConfig, network: QNetwork, *, gamma: Any, eta: 
         returns, discounts, steps = jax.vmap(
             lambda r, te, tr: losses.n_step_returns(r, te, tr, gamma=gamma, n=n))(data.reward, terminated, truncated)
         last = jnp.arange(value.shape[1])[None, :] + jnp.maximum(steps, 1) - 1  # [B, L]
-        target = returns + discounts * jnp.take_along_axis(value, jnp.minimum(last, value.shape[1] - 1), axis=1)
+        value = jnp.take_along_axis(value, jnp.minimum(last, value.shape[1] - 1), axis=1)
+        if loss.h_function_epsilon is None:
+            target = returns + discounts * value
+        else:  # R2D2's value rescaling
+            target = losses.rescaled_target(returns, discounts, value, loss.h_function_epsilon)
         q_selected = jnp.take_along_axis(q_tm1, data.action[..., None], axis=-1)[..., 0]
         td = lax.stop_gradient(target) - q_selected  # [B, L]
         per_sequence = losses.masked_sequence_mean(td_loss(td), items.mask, burn_in=burn_in)

@@ -31,6 +31,25 @@ def double_q_learning_td(
     return jax.lax.stop_gradient(target) - q_tm1[a_tm1]
 
 
+def h_function(x: Array, epsilon: float) -> Array:
+    """R2D2's value rescaling ``h(x) = sign(x) (sqrt(|x| + 1) - 1) + epsilon x`` (Pohlen et al.
+    2018): squashes large returns so one network fits games of any reward scale."""
+    return jnp.sign(x) * (jnp.sqrt(jnp.abs(x) + 1.0) - 1.0) + epsilon * x
+
+
+def h_inverse(x: Array, epsilon: float) -> Array:
+    """The inverse of ``h_function`` in closed form:
+    ``sign(x) (((sqrt(1 + 4 epsilon (|x| + 1 + epsilon)) - 1) / (2 epsilon))^2 - 1)``."""
+    root = (jnp.sqrt(1.0 + 4.0 * epsilon * (jnp.abs(x) + 1.0 + epsilon)) - 1.0) / (2.0 * epsilon)
+    return jnp.sign(x) * (root**2 - 1.0)
+
+
+def rescaled_target(r_t: Array, discount_t: Array, v_t: Array, epsilon: float) -> Array:
+    """R2D2's target ``h(r + discount * h^-1(v))`` of the bootstrap value ``v_t`` (in the
+    rescaled space the network learns)."""
+    return h_function(r_t + discount_t * h_inverse(v_t, epsilon), epsilon)
+
+
 def huber(x: Array, delta: float = 1.0) -> Array:
     """Huber loss: ``0.5 x^2`` for ``|x| <= delta``, ``delta (|x| - 0.5 delta)`` beyond (RLlib's)."""
     abs_x = jnp.abs(x)

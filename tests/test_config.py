@@ -69,8 +69,9 @@ def test_simple_q_refuses_what_rllibs_simple_q_does_not_do():
                        ("adam_epsilon", 1e-4), ("tau", 0.5)]:
         with pytest.raises(ValueError, match=f"^{key}=.*SimpleQ requires {key}="):
             SimpleQConfig(**{key: value})
-        with pytest.raises(ValueError, match=f"^{key}="):
-            from_rllib({key: value}, "simple_q")
+        if key != "grad_clip":  # RLlib's SimpleQ config has grad_clip 40 and never applies it: accepted there
+            with pytest.raises(ValueError, match=f"^{key}="):
+                from_rllib({key: value}, "simple_q")
 
 
 def test_new_rllib_keys_are_validated_and_stored():

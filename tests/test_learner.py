@@ -303,13 +303,14 @@ def jaxdqn_from_rllib(d):
     return from_rllib(d, "dqn")
 
 
-@pytest.mark.parametrize("double_q", [True, False])
-def test_double_q_selects_with_the_online_network_and_evaluates_with_the_target(double_q):
+@pytest.mark.parametrize("double_q, use_h", [(True, False), (False, False), (True, True), (False, True)])
+def test_double_q_selects_with_the_online_network_and_evaluates_with_the_target(double_q, use_h):
     """Hand-computed targets with online and target parameters that disagree: double Q takes
     argmax_a Q_online(s', a) and its value under Q_target (van Hasselt et al. 2016); plain DQN
-    max_a Q_target(s', a). A swap of the two networks gives other numbers."""
+    max_a Q_target(s', a). A swap of the two networks gives other numbers. With
+    ``use_h_function``, R2D2's target h(r + discount * h^-1(value)), RLlib's R2D2 loss."""
     config = DQNConfig(model=ModelConfig(fcnet_hiddens=(8,)), hiddens=(), dueling=False, double_q=double_q,
-                       td_error_loss_fn="mse")
+                       td_error_loss_fn="mse", use_h_function=use_h, h_function_epsilon=0.05)
     net = QNetwork(3, config.model, config.head)
     rng = np.random.default_rng(0)
     obs, next_obs = (jnp.asarray(rng.normal(size=(16, 4)), jnp.float32) for _ in range(2))
@@ -327,7 +328,18 @@ def test_double_q_selects_with_the_online_network_and_evaluates_with_the_target(
         bootstrap = q_next_target[rows, q_next_online.argmax(1)]
     else:
         bootstrap = q_next_target.max(1)
-    target_value = np.asarray(batch.reward) + np.asarray(batch.discount) * bootstrap
+    reward, discount = np.asarray(batch.reward, np.float64), np.asarray(batch.discount, np.float64)
+    if use_h:
+        eps = 0.05
+        h = lambda x: np.sign(x) * (np.sqrt(np.abs(x) + 1) - 1) + eps * x  # noqa: E731
+        # h^-1 by bisection on h (strictly increasing), independent of the closed form
+        lo, hi = np.full(16, -1e4), np.full(16, 1e4)
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            lo, hi = np.where(h(mid) < bootstrap, mid, lo), np.where(h(mid) < bootstrap, hi, mid)
+        target_value = h(reward + discount * (lo + hi) / 2)
+    else:
+        target_value = reward + discount * bootstrap
     td = target_value - q_now[rows, np.asarray(batch.action)]
     loss, (got_td, q_selected, mean_td_error) = learner.make_loss(config.loss, net)(
         online, target, batch, jnp.ones(16), jax.random.key(3))

@@ -147,3 +147,12 @@ def test_masked_sequence_mean_skips_burn_in_and_padding():
     np.testing.assert_allclose(losses.masked_sequence_mean(values, mask, burn_in=2), [2.0, 4.0])
     grads = jax.grad(lambda v: losses.masked_sequence_mean(v, mask, burn_in=2).sum())(values)
     np.testing.assert_array_equal(grads[:, :2], 0.0)
+
+
+@given(st.floats(-1e4, 1e4), st.sampled_from([1e-3, 1e-2, 0.5]))
+def test_h_inverse_undoes_r2d2s_value_rescaling(x, eps):
+    """h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x (Pohlen et al. 2018) and its closed-form inverse."""
+    expected = np.sign(x) * (np.sqrt(abs(x) + 1) - 1) + eps * x
+    np.testing.assert_allclose(losses.h_function(jnp.float32(x), eps), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(losses.h_inverse(losses.h_function(jnp.float32(x), eps), eps), x,
+                               rtol=1e-4, atol=1e-3)

@@ -43,10 +43,11 @@ def sequence_items(batch=3, length=6, obs_dim=3, seed=0, with_state=False):
     return SequenceItem(data=data, mask=mask, first=first, init_state=init_state)
 
 
-def recurrent_setup(burn_in=2, n_step=1, double_q=True, with_state=False):
+def recurrent_setup(burn_in=2, n_step=1, double_q=True, with_state=False, use_h_function=False):
     config = DQNConfig(model=ModelConfig(fcnet_hiddens=(8,), use_lstm=True, lstm_cell_size=8),
                        hiddens=(8,), replay_sequence_length=6, burn_in=burn_in, prioritized_replay=True,
-                       gamma=GAMMA, n_step=n_step, double_q=double_q, buffer_size=600)
+                       gamma=GAMMA, n_step=n_step, double_q=double_q, buffer_size=600,
+                       use_h_function=use_h_function, h_function_epsilon=0.01)
     net = QNetwork(2, config.model, config.head)
     opt = optimizer_of(config)
     items = sequence_items(with_state=with_state)
@@ -56,10 +57,23 @@ def recurrent_setup(burn_in=2, n_step=1, double_q=True, with_state=False):
     return config, net, opt, items, state
 
 
-def reference_td(net, params, target_params, items, *, burn_in, n, double_q):
+def h(x, eps):  # R2D2's value rescaling (Pohlen et al. 2018, eq. 2)
+    return np.sign(x) * (np.sqrt(np.abs(x) + 1.0) - 1.0) + eps * x
+
+
+def h_inverse(x, eps):  # the inverse, solved numerically: h is strictly increasing
+    lo, hi = -1e6, 1e6
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if h(mid, eps) < x else (lo, mid)
+    return (lo + hi) / 2
+
+
+def reference_td(net, params, target_params, items, *, burn_in, n, double_q, h_epsilon=None):
     """TD errors ``[B, L]`` (nan where untrained) by stepping the networks one step at a time in
     Python: the state at each step is rebuilt from the slice's start, and the n-step target is
-    summed with a plain loop that stops at an episode's end and at the slice's last valid step."""
+    summed with a plain loop that stops at an episode's end and at the slice's last valid step
+    (with ``h_epsilon``, R2D2's rescaled target ``h(return + scale * h^-1(value))``)."""
     data = jax.tree_util.tree_map(np.asarray, items.data)
     mask, first = np.asarray(items.mask), np.asarray(items.first)
     batch, length = mask.shape
@@ -106,18 +120,24 @@ def reference_td(net, params, target_params, items, *, burn_in, n, double_q):
                     value = q_t[np.argmax(q_next(params, online_states[k], b, k))]
                 else:
                     value = q_t.max()
-            td[b, t] = ret + scale * value - online_q[t][data.action[b, t]]
+            if h_epsilon is None:
+                target = ret + scale * value
+            else:
+                target = h(ret + scale * h_inverse(value, h_epsilon), h_epsilon)
+            td[b, t] = target - online_q[t][data.action[b, t]]
     return td
 
 
-@pytest.mark.parametrize("burn_in,n,double_q,with_state", [(2, 1, True, False), (0, 3, False, True), (1, 2, True, True)])
-def test_sequence_loss_matches_a_step_by_step_reference(burn_in, n, double_q, with_state):
+@pytest.mark.parametrize("burn_in,n,double_q,with_state,use_h", [
+    (2, 1, True, False, False), (0, 3, False, True, False), (1, 2, True, True, False), (1, 2, True, False, True)])
+def test_sequence_loss_matches_a_step_by_step_reference(burn_in, n, double_q, with_state, use_h):
     config, net, _, items, state = recurrent_setup(burn_in=burn_in, n_step=n, double_q=double_q,
-                                                   with_state=with_state)
+                                                   with_state=with_state, use_h_function=use_h)
     weights = jnp.array([1.0, 0.5, 0.25])
     loss, (priority, q_selected, mean_td_error) = jax.jit(sequence_loss_of(config, net, eta=0.9))(
         state.params, state.target_params, items, weights, jax.random.key(1))
-    td = reference_td(net, state.params, state.target_params, items, burn_in=burn_in, n=n, double_q=double_q)
+    td = reference_td(net, state.params, state.target_params, items, burn_in=burn_in, n=n, double_q=double_q,
+                      h_epsilon=0.01 if use_h else None)
     trained = ~np.isnan(td)
     abs_td = np.abs(td)
     huber = np.where(abs_td <= 1.0, 0.5 * td**2, abs_td - 0.5)

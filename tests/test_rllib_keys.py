@@ -19,6 +19,7 @@ import pytest
 
 from jaxdqn.config import to_dict
 from jaxdqn.rllib import from_rllib
+from tests.reference import rllib_defaults
 
 
 class DefaultCallbacks:  # the name RLlib's default callbacks class has
@@ -116,6 +117,28 @@ COMMON = [
     ("create_env_on_driver", False, True, IGNORE),
     ("simple_optimizer", False, True, IGNORE),
     ("_disable_execution_plan_api", False, True, IGNORE),
+    # RLlib 1.6-1.13's later common keys
+    ("observation_space", None, "Box(4)", REFUSE),
+    ("action_space", None, "Discrete(2)", REFUSE),
+    ("env_task_fn", None, hook, REFUSE),
+    ("evaluation_duration", 10, 5, MAP),
+    ("evaluation_duration_unit", "episodes", "timesteps", REFUSE),
+    ("always_attach_evaluation_results", False, True, REFUSE),
+    ("min_train_timesteps_per_reporting", None, 100, REFUSE),
+    ("_tf_policy_handles_more_than_one_loss", False, True, IGNORE),
+    ("_disable_preprocessor_api", False, True, IGNORE),
+    ("_disable_action_flattening", False, True, IGNORE),
+    ("metrics_episode_collection_timeout_s", 180, 10, IGNORE),
+    ("evaluation_sample_timeout_s", 180.0, 10.0, IGNORE),
+    ("disable_env_checking", False, True, IGNORE),
+    ("restart_failed_sub_environments", False, True, IGNORE),
+    ("num_consecutive_worker_failures_tolerance", 100, 3, IGNORE),
+    ("sample_collector", "SimpleListCollector", "MyCollector", IGNORE),
+    ("input_config", {}, {"a": 1}, IGNORE),
+    ("actions_in_input_normalized", False, True, IGNORE),
+    ("off_policy_estimation_methods", {}, {"is": {}}, IGNORE),
+    ("output_config", {}, {"a": 1}, IGNORE),
+    ("keep_per_episode_custom_metrics", False, True, IGNORE),
 ]
 
 DQN_AND_SIMPLE_Q = [
@@ -153,6 +176,10 @@ DQN_AND_SIMPLE_Q = [
     ("metrics_num_episodes_for_smoothing", 100, 10, MAP),
     ("min_time_s_per_reporting", 0, 5, MAP),
     ("min_sample_timesteps_per_reporting", 1000, 500, MAP),
+    # R2D2's and 1.13's
+    ("use_h_function", False, True, MAP),
+    ("h_function_epsilon", 1e-3, 1e-2, MAP),
+    ("categorical_distribution_temperature", 1.0, 0.5, REFUSE),
 ]
 
 MODEL = [
@@ -180,6 +207,18 @@ MODEL = [
     ("custom_model_config", {}, {"a": 1}, REFUSE),
     ("custom_action_dist", None, "my_dist", REFUSE),
     ("custom_preprocessor", None, "my_preprocessor", REFUSE),
+    ("post_fcnet_activation", "relu", "tanh", IGNORE),  # no post layers: post_fcnet_hiddens is []
+    ("attention_dim", 64, 32, IGNORE),  # attention nets are refused (use_attention)
+    ("attention_num_transformer_units", 1, 2, IGNORE),
+    ("attention_num_heads", 1, 2, IGNORE),
+    ("attention_head_dim", 32, 16, IGNORE),
+    ("attention_memory_inference", 50, 10, IGNORE),
+    ("attention_memory_training", 50, 10, IGNORE),
+    ("attention_position_wise_mlp_dim", 32, 16, IGNORE),
+    ("attention_init_gru_gate_bias", 2.0, 1.0, IGNORE),
+    ("attention_use_n_prev_actions", 0, 1, IGNORE),
+    ("attention_use_n_prev_rewards", 0, 1, IGNORE),
+    ("num_framestacks", "auto", 4, REFUSE),  # a non-Atari env's observations are not stacked
 ]
 
 CASES = [(key, d, o, kind) for key, d, o, kind in COMMON + DQN_AND_SIMPLE_Q] + [
@@ -203,6 +242,8 @@ TARGETS = {
     "evaluation_num_episodes": ("evaluation_num_episodes", 5), "evaluation_config": ("evaluation_config.explore", True),
     "metrics_smoothing_episodes": ("metrics_smoothing_episodes", 10), "min_iter_time_s": ("min_iter_time_s", 5),
     "timesteps_per_iteration": ("timesteps_per_iteration", 500), "seed": ("seed", 3),
+    "evaluation_duration": ("evaluation_num_episodes", 5), "use_h_function": ("use_h_function", True),
+    "h_function_epsilon": ("h_function_epsilon", 1e-2),
     "multiagent": ("multiagent.policies", {"p0": {}}), "framework": ("grad_clip_mode", "per_tensor"), "replay_sequence_length": None,
     "num_atoms": ("num_atoms", 51), "v_min": ("v_min", -5.0), "v_max": ("v_max", 5.0), "noisy": ("noisy", True),
     "sigma0": ("sigma0", 0.1), "dueling": ("dueling", False), "hiddens": ("hiddens", [64]),
@@ -300,3 +341,86 @@ def test_preprocessor_pref_other_than_deepmind_is_refused_for_atari():
         from_rllib({"env": "PongNoFrameskip-v4", "preprocessor_pref": "rllib"})
     assert from_rllib({"env": "PongNoFrameskip-v4", "preprocessor_pref": "deepmind"}).env == "PongNoFrameskip-v4"
     assert from_rllib({"env": "CartPole-v1", "preprocessor_pref": None}) == from_rllib({"env": "CartPole-v1"})
+
+
+@pytest.mark.parametrize("version", rllib_defaults.VERSIONS)
+@pytest.mark.parametrize("algo", ["simple_q", "dqn", "r2d2"])
+def test_rllibs_own_default_configs_are_accepted_with_rllibs_settings(version, algo):
+    """RLlib 1.6, 1.10 and 1.13's whole DEFAULT_CONFIG of SimpleQ, DQN and R2D2 (COMMON_CONFIG and
+    MODEL_DEFAULTS included, deprecated keys at DEPRECATED_VALUE, later names next to the 1.x
+    ones) goes through ``from_rllib``, and the settings RLlib runs with come out: in every
+    release one report per 1000 sampled steps, 1 s at least, 10 evaluation episodes, a 100
+    episode window, learning from 1000 steps, 50k (R2D2: 100k) steps of replay."""
+    config = rllib_defaults.default_config(algo, version)
+    config["env"] = "CartPole-v1"  # RLlib's default env is None: a run names one
+    if algo == "r2d2":
+        config["model"]["use_lstm"] = True  # R2D2 trains recurrent models (complete_episodes, sequences)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours = from_rllib(config, "simple_q" if algo == "simple_q" else "dqn")
+    assert (ours.timesteps_per_iteration, ours.min_iter_time_s) == (1000, 1)
+    assert (ours.evaluation_num_episodes, ours.metrics_smoothing_episodes) == (10, 100)
+    assert ours.learning_starts == 1000 and ours.buffer_size == (100_000 if algo == "r2d2" else 50_000)
+    assert (ours.rollout_fragment_length, ours.num_workers) == (4, 2 if algo == "r2d2" else 0)
+    assert ours.prioritized_replay is (algo == "dqn" or (algo == "r2d2" and version != "1.13"))
+    assert ours.grad_clip == (None if algo == "simple_q" else 40)  # RLlib's SimpleQ policy never clips
+    assert ours.grad_clip_mode == "per_tensor"  # framework: tf
+    assert ours.exploration_config.final_epsilon == 0.02 and ours.evaluation_config.explore is False
+    if algo == "r2d2":
+        assert (ours.gamma, ours.lr, ours.adam_epsilon, ours.target_network_update_freq) == (0.997, 1e-4, 1e-3, 2500)
+        assert ours.use_h_function and ours.h_function_epsilon == 1e-3
+        assert ours.sequence_length == 20  # replay_sequence_length -1: max_seq_len + burn_in
+    else:
+        assert (ours.gamma, ours.lr, ours.train_batch_size, ours.use_h_function) == (0.99, 5e-4, 32, False)
+
+
+def test_a_1x_name_that_is_set_wins_over_its_later_name_and_deprecated_placeholders_are_left_out():
+    """RLlib 1.10-1.13's validate_config: an old key set by the user is copied over its new
+    place; at DEPRECATED_VALUE (-1) or, for the reporting minimums, at 0 it stays unset. Two
+    later names that disagree are refused, naming both."""
+    base = from_rllib({})
+    assert from_rllib({"buffer_size": 10_000, "replay_buffer_config": {"capacity": 20_000}}).buffer_size == 10_000
+    assert from_rllib({"buffer_size": -1, "replay_buffer_config": {"capacity": 20_000}}).buffer_size == 20_000
+    assert from_rllib({"timesteps_per_iteration": 0,
+                       "min_sample_timesteps_per_reporting": 500}).timesteps_per_iteration == 500
+    assert from_rllib({"timesteps_per_iteration": 0}).timesteps_per_iteration == 0  # RLlib: no minimum
+    assert from_rllib({"min_sample_timesteps_per_reporting": None}).timesteps_per_iteration == 0
+    deprecated = {k: -1 for k in ("monitor", "simple_optimizer", "evaluation_num_episodes", "learning_starts",
+                                  "metrics_smoothing_episodes", "min_iter_time_s", "prioritized_replay_alpha")}
+    assert from_rllib(deprecated) == base
+    with pytest.raises(ValueError, match=r"min_sample_timesteps_per_reporting=500 and "
+                                         r"min_sample_timesteps_per_iteration=600 set timesteps_per_iteration"):
+        from_rllib({"min_sample_timesteps_per_reporting": 500, "min_sample_timesteps_per_iteration": 600})
+    with pytest.raises(ValueError, match="evaluation_duration='auto'"):
+        from_rllib({"evaluation_duration": "auto"})
+
+
+def test_simple_q_accepts_grad_clip_and_ignores_it_as_rllibs_simple_q_policy_does():
+    for clip in (40, 10.0, None):
+        assert from_rllib({"grad_clip": clip}, "simple_q").grad_clip is None
+    assert from_rllib({"grad_clip": 10.0}, "dqn").grad_clip == 10.0
+
+
+def test_complete_episodes_and_sequence_storage_only_with_a_recurrent_model():
+    """R2D2's ``batch_mode: complete_episodes`` and ``storage_unit: sequences``: accepted with
+    ``model.use_lstm`` (the sequences never span episodes: ``first`` flags, docs/rllib.md), refused
+    for a feed-forward model, where they would change what a store holds."""
+    lstm = {"model": {"use_lstm": True}}
+    assert from_rllib({**lstm, "batch_mode": "complete_episodes"}) == from_rllib(lstm)
+    assert from_rllib({**lstm, "replay_buffer_config": {"storage_unit": "sequences"}}) == from_rllib(lstm)
+    with pytest.raises(ValueError, match="batch_mode='complete_episodes'"):
+        from_rllib({"batch_mode": "complete_episodes"})
+    with pytest.raises(ValueError, match="storage_unit='sequences'"):
+        from_rllib({"replay_buffer_config": {"storage_unit": "sequences"}})
+    with pytest.raises(ValueError, match="storage_unit='episodes'"):
+        from_rllib({**lstm, "replay_buffer_config": {"storage_unit": "episodes"}})
+
+
+@pytest.mark.parametrize("model, stack", [
+    ({}, 4), ({"framestack": True, "num_framestacks": 2}, 4), ({"framestack": False}, 4),
+    ({"framestack": False, "num_framestacks": 2}, 2), ({"framestack": False, "num_framestacks": 0}, 1)])
+def test_atari_frame_stacks_follow_rllibs_framestack_and_num_framestacks(model, stack):
+    """RLlib 1.x: the legacy ``framestack=True`` (the default) stacks 4 frames in wrap_deepmind;
+    with ``framestack=False`` ``num_framestacks`` counts them ("auto": 4 for Atari)."""
+    config = from_rllib({"env": "PongNoFrameskip-v4", "model": model})
+    assert dict(config.env_params).get("stack_num", 4) == stack

@@ -123,7 +123,7 @@ class DQNConfig:
     rollout_fragment_length: int = key(4, integer(1))
     num_workers: int = key(0, integer(0))
     num_envs_per_worker: int = key(1, integer(1))
-    timesteps_per_iteration: int = key(1000, integer(1), resumable=True, rllib=(
+    timesteps_per_iteration: int = key(1000, integer(0), resumable=True, rllib=(
         "min_sample_timesteps_per_reporting", "min_sample_timesteps_per_iteration"))
     evaluation_num_episodes: int = key(10, integer(1), resumable=True)
     evaluation_interval: int | None = key(None, optional(integer(1)), resumable=True)  # every N train() calls
@@ -168,6 +168,9 @@ class DQNConfig:
     replay_sequence_length: int = key(1, integer(1))
     burn_in: int = key(0, integer(0))
     zero_init_states: bool = key(True, boolean)
+    # R2D2's value rescaling: targets h(r + discount * h^-1(Q_target)), h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x
+    use_h_function: bool = key(False, boolean, policy=True)
+    h_function_epsilon: float = key(1e-3, number(0.0, open_low=True), policy=True)
     # None: single-agent (or one shared policy on a multi-agent env)
     multiagent: MultiAgentConfig | None = key(None, optional(nested(MultiAgentConfig)))
 
@@ -191,6 +194,8 @@ class DQNConfig:
         if self.optimizer.type != "adam" and self.adam_epsilon != DQNConfig.adam_epsilon:
             fail("adam_epsilon", self.adam_epsilon, f"applies to Adam only; optimizer type is "
                  f"{self.optimizer.type!r} (set optimizer.epsilon)")
+        if self.use_h_function and self.num_atoms > 1:
+            fail("use_h_function", True, "rescales scalar Q targets (R2D2's); must be False with num_atoms > 1")
         if self.num_atoms > 1 and not self.v_min < self.v_max:
             fail("v_min", self.v_min, f"must be < v_max={self.v_max} when num_atoms > 1")
         if self.no_done_at_end and not self.bootstrap_truncations:
@@ -256,7 +261,8 @@ class DQNConfig:
     def loss(self) -> LossConfig:
         """The TD loss's static keys as the sub-config ``learner`` takes."""
         return LossConfig(double_q=self.double_q, td_error_loss_fn=self.td_error_loss_fn, n_step=self.n_step,
-                          burn_in=self.burn_in, recurrent=self.model.use_lstm)
+                          burn_in=self.burn_in, recurrent=self.model.use_lstm,
+                          h_function_epsilon=self.h_function_epsilon if self.use_h_function else None)
 
     @property
     def hyperparams(self) -> Hyperparams:
@@ -301,7 +307,7 @@ class SimpleQConfig(DQNConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         off = {"double_q": False, "dueling": False, "prioritized_replay": False, "noisy": False,
-               "n_step": 1, "num_atoms": 1}
+               "n_step": 1, "num_atoms": 1, "use_h_function": False}
         for name, value in off.items():
             if getattr(self, name) != value:
                 fail(name, getattr(self, name), f"SimpleQ requires {name}={value!r}; use DQNConfig for it")

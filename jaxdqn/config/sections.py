@@ -122,6 +122,7 @@ class LossConfig:
     n_step: int = 1  # sequences: the loss sums n-step returns inside each slice
     burn_in: int = 0  # sequences: steps that only warm up the recurrent state
     recurrent: bool = False  # items are sequences (model.use_lstm)
+    h_function_epsilon: float | None = None  # R2D2's value rescaling of the targets (None: off)
 
 
 @dataclasses.dataclass(frozen=True)
