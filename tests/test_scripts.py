@@ -88,3 +88,10 @@ def test_bench_prng_runs_and_prints_every_implementation():
     medians = json.loads(out.splitlines()[-1])["seconds_per_chunk"]
     assert set(medians) == {"threefry2x32", "rbg", "unsafe_rbg"}, out
     assert all(seconds > 0 for seconds in medians.values()), out
+
+
+def test_count_kernels_runs_and_prints_both_programs():
+    out = subprocess.run([sys.executable, "scripts/count_kernels.py"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600, check=True).stdout
+    counts = [line for line in out.splitlines() if line.startswith("kernels per iteration")]
+    assert len(counts) == 2 and all(float(line.rsplit("ratio ", 1)[1]) > 0 for line in counts), out
