@@ -107,7 +107,7 @@ import resource, signal, sys
 from jaxdqn import cli
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.RLIM_INFINITY))
-sys.exit(cli.main({["train", "--timesteps", "512", "--out", str(out), "--checkpoint-every", "1", *SMALL]!r}))
+sys.exit(cli.main({["train", "--timesteps", "2048", "--out", str(out), "--checkpoint-every", "1", *SMALL]!r}))
 """
     env = {**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false"}  # its files would meet the limit too
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
