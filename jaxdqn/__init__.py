@@ -14,6 +14,7 @@ from jaxdqn.errors import DamagedCheckpoint, Diverged, SaveError
 __version__ = "0.1.0"
 
 __all__ = [
+    "register_env",
     "DQNConfig",
     "DamagedCheckpoint",
     "Diverged",
@@ -47,4 +48,8 @@ def __getattr__(name: str) -> Any:
         from jaxdqn.plan import make_train
 
         return make_train
+    if name == "register_env":
+        from jaxdqn.hostenv import register_env
+
+        return register_env
     raise AttributeError(f"module 'jaxdqn' has no attribute {name!r}")

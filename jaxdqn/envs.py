@@ -124,6 +124,11 @@ def check_wrapper_options(options: Mapping[str, Any]) -> None:
         raise ValueError(f"env_params full_action_space={full!r} is invalid: must be a bool")
 
 
+def is_known(name: str) -> bool:
+    """Whether ``name`` is a gymnax environment or one of our aliases (without building it)."""
+    return name in gymnax.registered_envs or name in ALIASES
+
+
 def valid_names() -> list[str]:
     """Discrete-action gymnax environments (and our aliases), by name."""
     names = []
@@ -194,6 +199,13 @@ def override_params(params: Any, overrides: Mapping[str, Any]) -> Any:
     if unknown:
         raise ValueError(f"env_params {unknown} are not fields of {type(params).__name__}; valid: {sorted(fields)}")
     return params.replace(**overrides)
+
+
+def host_spec(obs_shape: tuple[int, ...], num_actions: int, obs_dtype: Any = None) -> EnvSpec:
+    """The spec of an env that steps on the host, outside the compiled program (a Gymnasium env
+    of the shell's rollout workers): shapes only, no env."""
+    return EnvSpec(env=None, params=None, obs_shape=tuple(obs_shape), num_actions=int(num_actions),
+                   obs_dtype=obs_dtype)
 
 
 def is_batched(spec: EnvSpec) -> bool:

@@ -193,14 +193,17 @@ def make_plan(config: DQNConfig, **kwargs: Any) -> "Plan":
     return plan.make_plan(config, **kwargs)
 
 
-def global_template(config: DQNConfig, num_devices: int, num_seeds: int | None, plan: "Plan | None" = None) -> Any:
+def global_template(config: DQNConfig, num_devices: int, num_seeds: int | None, plan: "Plan | None" = None, *,
+                    spec: Any = None) -> Any:
     """The shapes and dtypes of the global state of ``config`` laid out over ``num_devices``
     (a ``vmap`` with the device axis name stands in for ``pmap``: no devices are needed).
-    ``plan``: the layout's plan when one is built already (else one is made: an ALE batch each)."""
+    ``plan``: the layout's plan when one is built already (else one is made: an ALE batch each;
+    ``spec``: the env's where the shell made it, as ``make_runner``'s)."""
     keys = layout_keys(config.seed, num_devices, num_seeds)
     data_parallel = num_devices > 1 and num_seeds is None
     if plan is None:
-        plan = make_plan(config, axis_name=AXIS, num_replicas=num_devices) if data_parallel else make_plan(config)
+        plan = (make_plan(config, axis_name=AXIS, num_replicas=num_devices) if data_parallel
+                else make_plan(config, spec=spec))
     if num_devices == 1:
         return jax.eval_shape(plan.init if num_seeds is None else jax.vmap(plan.init), keys)
     if data_parallel:
@@ -220,9 +223,10 @@ def unreplicate_global(tree: Any, num_devices: int, num_seeds: int | None) -> An
 
 def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
                 before_learn_on_batch: "BatchHook | None" = None,
-                trials: Sequence[DQNConfig] | None = None) -> Runner:
+                trials: Sequence[DQNConfig] | None = None, spec: Any = None) -> Runner:
     """The ``Runner`` of ``config`` on the layout that ``config.num_devices`` and ``num_seeds``
-    give (see the module docstring).
+    give (see the module docstring); ``spec``: the env's spec where the shell made it (an env
+    that steps on the host: one run on one device).
 
     ``trials``: a sweep's configs, differing from each other only in ``sweep.TRACED_KEYS`` and
     ``seed`` (``config`` is one of them: its static parts build the program). They run as
@@ -243,7 +247,7 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
     if layout.data_parallel:
         plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, axis_name=AXIS, num_replicas=D)
     else:
-        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch)
+        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, spec=spec)
     if values:  # a sweep: the plan of each run's trial, built from its traced values
         def traced(v: dict[str, Any]) -> "Plan":
             return make_plan(config, before_learn_on_batch=before_learn_on_batch, hyper=sweep.hyperparams(config, v))

@@ -84,6 +84,11 @@ class Plan(NamedTuple):
     schedule: Schedule
     worker: worker_.Worker
     num_chunks: int  # chunks that ``train`` runs
+    # For envs that step on the host (the shell's rollout workers): a fragment's steps in, the
+    # report out, and the behaviour policy's actions.
+    take: Callable[..., tuple[TrainState, Any]]  # (state, raw [F, E], episodes [F, E]) -> (state, items)
+    close: Callable[[TrainState], tuple[TrainState, dict[str, Array]]]
+    explore: Callable[..., Array]  # (params: policy id -> params, sampled, obs [E, *obs], key) -> [E]
 
     @property
     def spec(self) -> Any:
@@ -149,9 +154,10 @@ def params_finite(state: TrainState) -> Array:
 
 
 def make_ops(config: DQNConfig, hyper: Hyperparams, worker: worker_.Worker, schedule: Schedule, num_envs: int,
-             batch_size: int, hook: BatchHook | None) -> tuple[Callable, Callable, Callable, Callable]:
-    """``(epsilon, sample, store, replay)``: the plan's two ops (see the module docstring), the
-    store side split into sampling a fragment and storing its items."""
+             batch_size: int, hook: BatchHook | None) -> tuple[Callable, ...]:
+    """``(epsilon, sample, take, store, replay)``: the plan's two ops (see the module docstring),
+    the store side split into sampling a fragment (``take`` its steps from any source) and
+    storing its items."""
     replayed = tuple(b for b in worker.buffers if any(worker.policies[p].buffer_id == b for p in worker.trained))
     beta_points = [(0, hyper.prioritized_replay_beta),
                    (hyper.prioritized_replay_beta_annealing_timesteps, hyper.final_prioritized_replay_beta)]
@@ -159,13 +165,20 @@ def make_ops(config: DQNConfig, hyper: Hyperparams, worker: worker_.Worker, sche
     def epsilon(state: TrainState) -> Array:
         return exploration.behaviour_epsilon(hyper, state.metrics.num_steps_sampled, explore=config.explore)
 
+    def take(state: TrainState, raw: rollout.RawStep, episodes: rollout.Episodes) -> tuple[TrainState, Items]:
+        """A fragment's steps ``[F, E]`` (as the learner sees them) and its ended episodes, from
+        whatever stepped the envs: counted, and assembled into the items to store behind the
+        steps carried from the last fragment."""
+        m = metrics.record_episodes(state.metrics, episodes, worker.policy_episodes(episodes))
+        m = m._replace(num_steps_sampled=m.num_steps_sampled + schedule.steps_per_store)
+        window, pending = rollout.extend_window(state.actor.pending, raw)
+        return state._replace(actor=state.actor._replace(pending=pending), metrics=m), worker.items(window)
+
     def sample(state: TrainState) -> tuple[TrainState, Items]:
         key, keys = rollout.step_keys(state.key, config.rollout_fragment_length, num_envs)
         act = worker.behaviour(params_of(state), epsilon(state))
-        actor, window, episodes = rollout.fragment(worker.env, act, state.actor, keys, view=worker.view)
-        m = metrics.record_episodes(state.metrics, episodes, worker.policy_episodes(episodes))
-        m = m._replace(num_steps_sampled=m.num_steps_sampled + schedule.steps_per_store)
-        return state._replace(actor=actor, metrics=m, key=key), worker.items(window)
+        actor, raw, episodes = rollout.run_steps(worker.env, act, state.actor, keys, worker.view)
+        return take(state._replace(actor=actor, key=key), raw, episodes)
 
     def store(state: TrainState, items: Items) -> TrainState:
         buffer = dict(state.buffer)
@@ -198,11 +211,11 @@ def make_ops(config: DQNConfig, hyper: Hyperparams, worker: worker_.Worker, sche
                        learner=infos)
         return state._replace(learner=learners, buffer=buffer, metrics=m, key=key)
 
-    return epsilon, sample, store, replay
+    return epsilon, sample, take, store, replay
 
 
 def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = None, axis_name: str | None = None,
-              num_replicas: int = 1, hyper: Hyperparams | None = None) -> Plan:
+              num_replicas: int = 1, hyper: Hyperparams | None = None, spec: Any = None) -> Plan:
     """The ``Plan`` for ``config``; with ``axis_name``, one replica of ``num_replicas``; with
     ``hyper``, those numbers in place of the config's (see the module docstring). ``init``
     draws from ``plan_key(key, config.prng_impl)``."""
@@ -215,19 +228,29 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
                             "it runs on one device (num_devices=1)"))
     hyper = config.hyperparams if hyper is None else hyper
     build = multiagent.make_worker if multiagent.is_multi_agent_config(config) else worker_.single_agent
-    worker = build(config, hyper, num_envs=num_envs, buffer_size=buffer_size, axis_name=axis_name)
+    worker = build(config, hyper, num_envs=num_envs, buffer_size=buffer_size, axis_name=axis_name,
+                   **({} if spec is None else {"spec": spec}))
+    host = worker.env is None  # its envs step on the host: it primes and warms up, and feeds ``take``
     primed = worker.pending if worker.primed else 0
     schedule = make_schedule(steps_per_store=config.rollout_fragment_length * config.num_envs,
                              replayed_steps=config.train_batch_size * config.sequence_length,
                              training_intensity=config.training_intensity, learning_starts=config.learning_starts,
                              timesteps_per_iteration=config.timesteps_per_iteration,
                              primed_steps=primed * config.num_envs)
-    epsilon, sample, store, replay = make_ops(config, hyper, worker, schedule, num_envs, batch_size,
-                                              before_learn_on_batch)
+    epsilon, sample, take, store, replay = make_ops(config, hyper, worker, schedule, num_envs, batch_size,
+                                                    before_learn_on_batch)
     learn, iteration, run_chunk = make_loops(schedule, sample, store, replay)
     ring = metrics.ring_size(config.metrics_smoothing_episodes,
                              schedule.max_chunk_stores * schedule.steps_per_store + schedule.warmup_steps, num_replicas)
     gather = metrics.gatherer(axis_name)
+
+    def host_fragment(state: TrainState) -> tuple[rollout.RawStep, rollout.Episodes]:
+        """A fragment's shapes as the host gives it (zeros): ``take``'s input."""
+        length, zeros = config.rollout_fragment_length, lambda shape, dtype: jnp.zeros(shape, dtype)  # noqa: E731
+        raw = jax.tree_util.tree_map(lambda x: zeros((length,) + x.shape[1:], x.dtype), state.actor.pending)
+        flags = (length, num_envs)
+        return raw, rollout.Episodes(done=zeros(flags, bool), episode_return=zeros(flags, jnp.float32),
+                                     episode_length=zeros(flags, jnp.int32))
 
     def init(key: Array) -> TrainState:
         """Fresh learners, empty buffers, primed actors, then the warm-up stores."""
@@ -242,9 +265,11 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         learners = {pid: policy.init(worker.policies[pid], k) for pid, k in zip(pids, learner_keys)}
         state = TrainState(learner=learners, buffer={}, actor=actor, key=key, replay_credit=jnp.zeros((), jnp.int32),
                            metrics=metrics.init(ring, worker.agents_per_policy, worker.trained))
-        items = jax.eval_shape(lambda s: sample(s)[1], state)  # one item of each buffer:
+        items = jax.eval_shape(lambda s: (take(s, *host_fragment(s)) if host else sample(s))[1], state)  # one item
         state = state._replace(buffer={b: worker.buffers[b].init(jax.tree_util.tree_map(
             lambda s: jnp.zeros(s.shape[1:], s.dtype), stored)) for b, (stored, _) in items.items()})
+        if host:  # the host steps the envs: it primes and runs the warm-up stores (``take``)
+            return state
         if primed:  # fill the n-step look-ahead
             act = worker.behaviour(params_of(state), epsilon(state))
             actor, episodes = rollout.prime(worker.env, act, actor, rollout.step_keys(prime_key, primed, num_envs)[1],
@@ -256,10 +281,19 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
     def chunk(state: TrainState) -> tuple[TrainState, dict[str, Array]]:
         """The env steps up to the next report (``Schedule.chunk_stores``: RLlib's
         ``OncePerTimestepsElapsed``) and the report (``metrics.close_report``: RLlib's result)."""
-        state = run_chunk(state)
+        return close(run_chunk(state))
+
+    def close(state: TrainState) -> tuple[TrainState, dict[str, Array]]:
+        """The report of the steps since the last one (``metrics.close_report``)."""
         report, m = metrics.close_report(state.metrics, gather, config.metrics_smoothing_episodes)
         report["params_finite"] = params_finite(state)  # the shell stops a diverged run on it
         return state._replace(metrics=m), report
+
+    def explore(params: dict[str, Any], sampled: Array, obs: Array, key: Array) -> Array:
+        """The behaviour policy's actions ``[E]`` on ``obs`` ``[E, *obs]`` after ``sampled`` env
+        steps (its epsilon), for envs that step on the host."""
+        eps = exploration.behaviour_epsilon(hyper, sampled, explore=config.explore)
+        return worker.behaviour(params, eps)(obs, key)
 
     chunks = count_chunks(config.total_timesteps, schedule)
 
@@ -270,7 +304,7 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
 
     return Plan(init=init, sample=sample, learn=learn, store=store, replay=replay, iteration=iteration, chunk=chunk,
                 train=train, evaluate=worker.evaluate, act=worker.act, schedule=schedule, worker=worker,
-                num_chunks=chunks)
+                num_chunks=chunks, take=take, close=close, explore=explore)
 
 
 def make_loops(schedule: Schedule, sample: Callable, store: Callable, replay: Callable

@@ -187,6 +187,18 @@ def init(env: Env, key: Array, num_envs: int, pending: int, *, recurrent_state: 
                       episode_length=jnp.zeros((num_envs,), jnp.int32), pending=steps, memory=memory)
 
 
+def blank(obs: Any, num_envs: int, pending: int) -> ActorState:
+    """An actor whose envs step on the host (``obs``: one observation's ``ShapeDtypeStruct``):
+    zero observations, no env state, ``pending`` zero steps until the host primes them."""
+    zeros = lambda shape, dtype: jnp.zeros(shape, dtype)  # noqa: E731
+    batch = (num_envs,) + tuple(obs.shape)
+    steps = RawStep(obs=zeros((pending,) + batch, obs.dtype), action=zeros((pending, num_envs), jnp.int32),
+                    reward=zeros((pending, num_envs), jnp.float32), terminated=zeros((pending, num_envs), bool),
+                    truncated=zeros((pending, num_envs), bool), next_obs=zeros((pending,) + batch, obs.dtype))
+    return ActorState(env_state=(), obs=zeros(batch, obs.dtype), episode_return=zeros((num_envs,), jnp.float32),
+                      episode_length=zeros((num_envs,), jnp.int32), pending=steps)
+
+
 def prime(env: Env, act: Act, actor: ActorState, keys: Array, view: View | None = None) -> tuple[ActorState, Episodes]:
     """Take the first ``P`` steps into ``pending`` (no items yet), ``keys`` ``[P, 1 + E]``."""
     actor, raw, episodes = run_steps(env, act, actor, keys, view)

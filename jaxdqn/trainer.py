@@ -2,9 +2,8 @@
 the pure execution plan.
 
 ``Trainer(config)`` holds one ``TrainState`` (or, with ``num_seeds=S``, ``S`` independent ones
-stacked and run with ``vmap``). ``train()`` runs one jitted chunk of ``timesteps_per_iteration``
-env steps (the state is donated, so the replay storage is updated in place across calls) and
-returns RLlib's result dict; the only host round-trip is the chunk's small report.
+stacked and run with ``vmap``). ``train()`` runs a jitted chunk up to RLlib's next result (the state
+donated: replay storage updated in place; an env of the host: ``jaxdqn.hostenv``), RLlib's result dict.
 ``save(dir)`` / ``restore(path)`` write and read the complete state atomically
 (``jaxdqn.checkpoint``), so a restored run continues bit for bit.
 """
@@ -21,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxdqn
-from jaxdqn import checkpoint, envs, exploration, metrics, parallel, sweep
+from jaxdqn import checkpoint, envs, exploration, hostenv, metrics, parallel, sweep
 from jaxdqn.config import DEFAULT_POLICY, DQNConfig, algo_of, classified, from_dict, to_dict
 from jaxdqn.errors import Diverged
 from jaxdqn.policy import BatchHook
@@ -102,8 +101,8 @@ class Trainer:
             trial_configs = [apply_overrides(config, t) for t in self.trials]
             config = trial_configs[0]
         self.trial_configs = trial_configs
-        self.runner = parallel.make_runner(config, num_seeds, before_learn_on_batch=before_learn_on_batch,
-                                           trials=trial_configs)
+        make_runner = hostenv.make_runner if hostenv.is_host_env(config.env) else parallel.make_runner
+        self.runner = make_runner(config, num_seeds, before_learn_on_batch=before_learn_on_batch, trials=trial_configs)
         check_memory(config, self.runner)
         self.layout = self.runner.layout
         self.plan = self.runner.plan
@@ -398,10 +397,12 @@ class Trainer:
         # The episode rings are sized by timesteps_per_iteration: restored at the saved size, then resized.
         saved_config = self.config.replace(num_devices=saved_devices, timesteps_per_iteration=meta.get(
             "config", {}).get("timesteps_per_iteration", self.config.timesteps_per_iteration))
-        state, meta = checkpoint.restore(path, parallel.global_template(saved_config, saved_devices, self._runs))
+        spec = self.plan.spec if self.plan.worker.env is None else None  # an env of the host: the shell's spec
+        state, meta = checkpoint.restore(path, parallel.global_template(saved_config, saved_devices, self._runs,
+                                                                        spec=spec))
         if saved_config.timesteps_per_iteration != self.config.timesteps_per_iteration:
-            wanted = parallel.global_template(self.config.replace(num_devices=saved_devices), saved_devices,
-                                              self._runs)
+            wanted = parallel.global_template(self.config.replace(num_devices=saved_devices), saved_devices, self._runs,
+                                              spec=spec)
             state = state._replace(metrics=metrics.resize_rings(state.metrics, wanted.metrics))
         if saved_devices != devices or learner_only:
             state = self.runner.replicate(parallel.unreplicate_global(state, saved_devices, self._runs))
@@ -427,8 +428,7 @@ class Trainer:
         (see ``restore`` for moving between device layouts and ``learner_only``)."""
         meta = checkpoint.read_meta(path)
         allowed = RESUMABLE_KEYS | {"num_devices"}
-        not_allowed = sorted(set(overrides) - allowed)
-        if not_allowed:
+        if not_allowed := sorted(set(overrides) - allowed):
             raise ValueError(f"{not_allowed} cannot change when resuming; allowed: {sorted(allowed)}")
         config = from_dict({**meta["config"], **overrides}, meta["algo"])
         trainer = cls(config, num_seeds=meta["num_seeds"], before_learn_on_batch=before_learn_on_batch,

@@ -98,10 +98,13 @@ def sequence_capacity(config: DQNConfig, num_envs: int, buffer_size: int) -> int
 
 
 def single_agent(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer_size: int,
-                 axis_name: str | None = None) -> Worker:
+                 axis_name: str | None = None, spec: envs.EnvSpec | None = None) -> Worker:
     """The worker of a gymnax env (or a batch of ALE games) with ``num_envs`` envs and a replay
-    buffer of ``buffer_size`` timesteps (per replica); refusals name the key."""
-    spec = envs.make_env(config.env, config.env_params, num_envs=num_envs)
+    buffer of ``buffer_size`` timesteps (per replica); refusals name the key. ``spec``: the env's
+    spec where the shell made it; one whose ``env`` is None steps on the host (``envs.host_spec``:
+    its fragments come to the plan's ``take``; no env functions, no evaluation here)."""
+    spec = envs.make_env(config.env, config.env_params, num_envs=num_envs) if spec is None else spec
+    host = spec.env is None
     recurrent, length, n = config.model.use_lstm, config.rollout_fragment_length, config.n_step
     frames = stores_frames_once(spec)
     if recurrent:
@@ -129,25 +132,38 @@ def single_agent(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer
         return lambda obs, key, memory=None: policy.act(bundle, params[DEFAULT_POLICY], obs, eps, key, memory,
                                                         noise=config.explore)
 
-    env = envs.functions(spec)
     pending = config.burn_in if recurrent else n - 1
     initial = bundle.network.initial_state(num_envs) if recurrent else None
-    # A batch of ALE games is one stateful object: evaluation plays its own.
-    eval_spec = (envs.make_env(config.env, config.env_params, num_envs=config.evaluation_num_episodes)
-                 if envs.is_batched(spec) else spec)
-    one = evaluation_act(bundle, explore=config.evaluation_config.explore)
-    evaluate = evaluation.make_evaluate(
-        envs.functions(eval_spec), lambda params, *args: one(params[DEFAULT_POLICY], *args),
-        config.evaluation_num_episodes, evaluation.default_max_steps(spec.params),
-        bundle.network.initial_state(config.evaluation_num_episodes) if recurrent else ())
+    if host:
+        env, evaluate = None, host_evaluation(config.env)
+        init = lambda key: rollout.blank(obs, num_envs, pending)  # noqa: E731
+    else:
+        env = envs.functions(spec)
+        # A batch of ALE games is one stateful object: evaluation plays its own.
+        eval_spec = (envs.make_env(config.env, config.env_params, num_envs=config.evaluation_num_episodes)
+                     if envs.is_batched(spec) else spec)
+        one = evaluation_act(bundle, explore=config.evaluation_config.explore)
+        evaluate = evaluation.make_evaluate(
+            envs.functions(eval_spec), lambda params, *args: one(params[DEFAULT_POLICY], *args),
+            config.evaluation_num_episodes, evaluation.default_max_steps(spec.params),
+            bundle.network.initial_state(config.evaluation_num_episodes) if recurrent else ())
+        init = lambda key: rollout.init(env, key, num_envs, pending, recurrent_state=initial,  # noqa: E731
+                                        acted=envs.is_batched(spec))
     return Worker(spec=spec, env=env, policies={DEFAULT_POLICY: bundle}, trained=(DEFAULT_POLICY,),
                   buffers={DEFAULT_POLICY: buffer}, policy_mapping=None, agents_per_policy={}, pending=pending,
-                  primed=not recurrent,
-                  init=lambda key: rollout.init(env, key, num_envs, pending, recurrent_state=initial,
-                                                acted=envs.is_batched(spec)),
+                  primed=not recurrent, init=init,
                   behaviour=behaviour, items=items, policy_episodes=lambda episodes: {}, evaluate=evaluate,
                   view=reward_view(config.clip_rewards, config.no_done_at_end, config.bootstrap_truncations,
                                     clip_atari=atari.is_atari(config.env)))
+
+
+def host_evaluation(env: str) -> Callable[..., evaluation.Evaluation]:
+    """``evaluate`` of an env that steps on the host: refused (its evaluation envs would step
+    outside the compiled program too)."""
+    def evaluate(*args: Any, **kwargs: Any) -> evaluation.Evaluation:
+        raise ValueError(f"env={env!r} steps on the host: Trainer.evaluate() and evaluation_interval are "
+                         "not supported for it yet; the training results report its episodes")
+    return evaluate
 
 
 def reward_view(clip_rewards: Any, no_done_at_end: bool, bootstrap_truncations: bool, *,

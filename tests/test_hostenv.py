@@ -1,0 +1,193 @@
+"""Envs that step on the host: Gymnasium ids and the user's own envs, registered by name, trained
+through the same compiled store / replay step as a JAX env (jaxdqn.hostenv)."""
+
+import gymnasium
+import jax
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+import jaxdqn
+from jaxdqn import DQNConfig, ModelConfig, SimpleQConfig, Trainer, hostenv
+from tests.test_plan import rllib_report_points
+
+
+class Corridor(gymnasium.Env):
+    """Cells 0..length-1, start at 0; action 1 steps right, 0 left; reward 1 on reaching the last
+    cell (terminated); an episode is cut after ``limit`` steps (truncated). Observations: the
+    cell, a Discrete space (one-hot for the network)."""
+
+    def __init__(self, config):
+        self.length, self.limit = config.get("length", 5), config.get("limit", 12)
+        self.observation_space, self.action_space = spaces.Discrete(self.length), spaces.Discrete(2)
+        self.log = config.get("log")
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.cell, self.t = 0, 0
+        return self.cell, {}
+
+    def step(self, action):
+        before = self.cell
+        self.cell = min(max(self.cell + (1 if action == 1 else -1), 0), self.length - 1)
+        self.t += 1
+        terminated = self.cell == self.length - 1
+        truncated = not terminated and self.t >= self.limit
+        reward = 1.0 if terminated else 0.0
+        if self.log is not None:
+            self.log.append((id(self), before, int(action), reward, terminated, truncated, self.cell))
+        return self.cell, reward, terminated, truncated, {}
+
+
+def corridor_config(**overrides):
+    base = dict(env="corridor", num_envs_per_worker=2, rollout_fragment_length=4, train_batch_size=16,
+                buffer_size=2000, learning_starts=64, timesteps_per_iteration=200, target_network_update_freq=100,
+                lr=5e-3, gamma=0.9, hiddens=(16,), model=ModelConfig(fcnet_hiddens=(16,)), total_timesteps=4000,
+                exploration_config=dict(epsilon_timesteps=1500, final_epsilon=0.05))
+    base.update(overrides)
+    return DQNConfig(**base)
+
+
+@pytest.fixture(autouse=True)
+def corridor():
+    jaxdqn.register_env("corridor", Corridor)
+    yield
+    hostenv.ENV_CREATORS.pop("corridor", None)
+
+
+def test_a_name_means_one_backend_by_one_rule():
+    assert not hostenv.is_host_env("CartPole-v1")  # gymnax's
+    assert hostenv.is_host_env("gymnasium:CartPole-v1")  # Gymnasium's, by its explicit form
+    assert hostenv.is_host_env("corridor")  # registered
+    assert hostenv.is_host_env("LunarLander-v3")  # only Gymnasium knows it
+    assert not hostenv.is_host_env("Breakout-MinAtar") and not hostenv.is_host_env("ALE/Pong-v5")
+    with pytest.raises(ValueError, match="is not a gymnax environment"):
+        Trainer(DQNConfig(env="NoSuchEnv-v9"))
+    with pytest.raises(ValueError, match="name='gymnasium:x' is invalid"):
+        jaxdqn.register_env("gymnasium:x", Corridor)
+
+
+def test_a_registered_env_of_a_few_lines_is_learned():
+    """A user's gymnasium.Env registered by name (RLlib's tune.register_env) trains: the greedy
+    policy walks right from every cell, and episodes end in the 4 steps the corridor takes."""
+    trainer = Trainer(corridor_config())
+    results = [trainer.train() for _ in range(15)]
+    assert [r["timesteps_total"] for r in results[:3]] == [200, 400, 600]
+    greedy = [trainer.compute_single_action(np.eye(5, dtype=np.float32)[cell], explore=False) for cell in range(4)]
+    assert greedy == [1, 1, 1, 1]
+    assert results[-1]["episode_len_mean"] < 5.0 and results[-1]["episode_reward_mean"] == 1.0
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_stored_transitions_are_the_envs_steps_with_n_step_returns(n_step):
+    """Every env step the corridor logged becomes one stored n-step transition (one-hot cells,
+    the return of up to n rewards, gamma^k, 0 after a termination) once its n steps are known."""
+    log = []
+    gamma = 0.9
+    jaxdqn.register_env("corridor-logged", lambda config: Corridor({**config, "log": log}))
+    trainer = Trainer(corridor_config(env="corridor-logged", n_step=n_step, learning_starts=0,
+                                      timesteps_per_iteration=64, gamma=gamma))
+    trainer.train()
+    buffer = trainer.state.buffer["default_policy"]
+    size = int(buffer.storage.size)
+    stored = jax.tree_util.tree_map(lambda x: np.asarray(x[:size]), buffer.storage.storage)
+    got = sorted(zip(stored.obs.argmax(1).tolist(), stored.action.tolist(), np.round(stored.reward.astype(float), 5).tolist(),
+                     np.round(stored.discount.astype(float), 5).tolist(), stored.next_obs.argmax(1).tolist()))
+    expected = []
+    for env_id in {entry[0] for entry in log}:
+        steps = [e[1:] for e in log if e[0] == env_id]
+        for t in range(len(steps) - (n_step - 1)):  # the last n - 1 steps still wait for successors
+            ret, scale, k = 0.0, 1.0, t
+            while True:
+                _, _, reward, terminated, truncated, _ = steps[k]
+                ret += scale * reward
+                scale = 0.0 if terminated else scale * gamma
+                if terminated or truncated or k - t + 1 == n_step:
+                    break
+                k += 1
+            expected.append((steps[t][0], steps[t][1], round(ret, 5), round(scale, 5), steps[k][5]))
+    assert size == 64 and got == sorted(expected)
+    hostenv.ENV_CREATORS.pop("corridor-logged")
+
+
+def test_results_come_at_rllibs_report_points_with_workers_in_processes():
+    """num_workers=2: the envs step in processes of their own (Gymnasium's AsyncVectorEnv); the
+    results come where RLlib's OncePerTimestepsElapsed passes them, as for a JAX env."""
+    config = SimpleQConfig(env="gymnasium:CartPole-v1", num_workers=2, num_envs_per_worker=1,
+                           rollout_fragment_length=8, learning_starts=300, timesteps_per_iteration=200,
+                           buffer_size=1000, total_timesteps=2000)
+    trainer = Trainer(config)
+    ours = [trainer.train()["timesteps_total"] for _ in range(3)]
+    s = trainer.plan.schedule
+    assert ours == rllib_report_points(learning_starts=300, timesteps_per_iteration=200, steps_per_store=16,
+                                       replay_counts=lambda k: 1, sampled=0, reports=3)
+    assert trainer.train()["episodes_total"] > 0 and s.steps_per_store == 16
+
+
+class ContinuousActions(Corridor):
+    def __init__(self, config):
+        super().__init__(config)
+        self.action_space = spaces.Box(-1.0, 1.0, (1,))
+
+
+class Broken(Corridor):
+    def step(self, action):
+        if self.t >= 3:
+            raise RuntimeError("the simulator crashed")
+        return super().step(action)
+
+
+class NaNReward(Corridor):
+    def step(self, action):
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, float("nan"), terminated, truncated, info
+
+
+@pytest.mark.parametrize("env, error, message", [
+    (ContinuousActions, ValueError, "env='bad' has a Box action space: DQN needs a Discrete one"),
+    (Broken, RuntimeError, "env='bad' failed in step: RuntimeError: the simulator crashed"),
+    (NaNReward, ValueError, "env='bad' returned a non-finite reward in step"),
+])
+def test_a_bad_env_fails_with_one_error_naming_it(env, error, message):
+    jaxdqn.register_env("bad", env)
+    try:
+        with pytest.raises(error, match=message):
+            Trainer(corridor_config(env="bad", learning_starts=8)).train()
+    finally:
+        hostenv.ENV_CREATORS.pop("bad")
+
+
+@pytest.mark.parametrize("changes, key", [
+    (dict(num_seeds=2), "num_seeds"), (dict(evaluation_interval=1), "evaluation_interval"),
+    (dict(model=ModelConfig(use_lstm=True)), "model.use_lstm")])
+def test_what_a_host_env_does_not_run_yet_is_refused_naming_the_key(changes, key):
+    seeds = changes.pop("num_seeds", None)
+    with pytest.raises(ValueError, match=f"^{key} is not supported with env='corridor'"):
+        Trainer(corridor_config(**changes), num_seeds=seeds)
+
+
+def test_a_resumed_run_continues_on_new_episodes(tmp_path):
+    """The envs' state is not checkpointed: after a resume they start new episodes (as RLlib's
+    workers) and the look-ahead is primed again; learner, buffer and counters continue."""
+    trainer = Trainer(corridor_config(n_step=2))
+    trainer.train()
+    path = trainer.save(tmp_path)
+    sampled, stored = trainer.state.metrics.num_steps_sampled, int(trainer.state.buffer["default_policy"].storage.size)
+    resumed = Trainer.from_checkpoint(path)
+    result = resumed.train()
+    # the look-ahead primed again (1 step of 2 envs), then 200 steps from there
+    assert result["timesteps_total"] == int(sampled) + 2 + 200
+    assert int(resumed.state.buffer["default_policy"].storage.size) == stored + 200
+
+
+def test_the_guides_example_runs_as_written():
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).parents[1] / "docs" / "guide.md").read_text()
+    start = text.index("## Any Gymnasium env, or your own")
+    code, = re.findall(r"```python\n(.*?)```", text[start:text.index("\n## ", start + 1)], flags=re.S)
+    scope: dict = {}
+    exec(compile(code, "docs/guide.md", "exec"), scope)
+    assert scope["result"]["timesteps_total"] == 200 and scope["result"]["episodes_total"] > 0
+    hostenv.ENV_CREATORS.pop("corridor", None)
