@@ -8,8 +8,8 @@ and ``rllib/agents/dqn/{simple_q,dqn,r2d2}.py`` (``DEFAULT_CONFIG``) of three re
 Transcribed from those files as stored in ray-project/ray's history: COMMON_CONFIG of a 1.11-1.12
 trainer.py (the 1.10 line's keys), MODEL_DEFAULTS of catalog.py, DQN's dict of a 1.10-1.12 dqn.py,
 1.13's simple_q.py and r2d2.py; the 1.6 dicts, 1.10's SimpleQ and R2D2 and 1.13's additions to
-COMMON_CONFIG and DQN are written from those releases' known keys (not read here), so a key
-missing from them is possible; every key listed is one RLlib had.
+COMMON_CONFIG and DQN are written from those releases' keys as remembered (not read here), so a key
+missing from them, or one that came a release later, is possible.
 Values that are Python objects in RLlib are written as ``from_rllib`` receives them from a YAML
 file or a dict a user copied: a class by its name (``DefaultCallbacks``), ``DEPRECATED_VALUE``
 as RLlib's ``-1``. Each config is built the way RLlib builds it: ``COMMON_CONFIG`` updated by the
