@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # RLlib's pong-dqn.yaml, unchanged, to 3M env steps (12M frames) with the ALE inside the compiled
 # loop (pip install -e ".[cli,atari]"); then the learning curve against the usual bar of 18.
-# On 2 CPU cores it passes 18 at about 850k env steps, in about an hour (docs/learning.md).
+# On 2 CPU cores it passes 18 at 800-850k env steps (two runs), in about an hour when the cores
+# are free (docs/learning.md).
 #
 #   OUT=runs/pong TIMESTEPS=3000000 bash scripts/atari_pong.sh
 set -euo pipefail
