@@ -137,14 +137,21 @@ class HostEnvs:
         self.fresh = True
 
     def _array(self, batch: Any, where: str) -> np.ndarray:
+        """A batch of observations from the vector env as ``[E, *obs]``."""
         gymnasium = _gymnasium()
-        space = self.single_obs
-        if isinstance(space, gymnasium.spaces.Box):
-            out = np.asarray(batch, self.obs_dtype)
+        boxed = isinstance(self.single_obs, gymnasium.spaces.Box)
+        rows = batch if boxed else list(gymnasium.vector.utils.iterate(self.vector.observation_space, batch))
+        return self._checked(rows, self.num_envs, where)
+
+    def _checked(self, rows: Any, count: int, where: str) -> np.ndarray:
+        """``count`` observations, one per env, preprocessed (RLlib's default: Box as is,
+        the others flattened) and checked against the space: ``[count, *obs]``."""
+        gymnasium = _gymnasium()
+        if isinstance(self.single_obs, gymnasium.spaces.Box):
+            out = np.asarray(rows, self.obs_dtype)
         else:
-            items = gymnasium.vector.utils.iterate(self.vector.observation_space, batch)
-            out = np.stack([gymnasium.spaces.flatten(space, o) for o in items]).astype(np.float32)
-        if out.shape != (self.num_envs,) + self.obs_shape:
+            out = np.stack([gymnasium.spaces.flatten(self.single_obs, r) for r in rows]).astype(np.float32)
+        if out.shape != (count,) + self.obs_shape:
             raise ValueError(f"env={self.name!r} returned observations of shape {out.shape[1:]} in {where}; its "
                              f"observation space says {self.obs_shape}")
         if out.dtype != np.uint8 and not np.all(np.isfinite(out)):
@@ -163,8 +170,8 @@ class HostEnvs:
             next_obs = obs.copy()
             if "_final_obs" in info and np.any(info["_final_obs"]):
                 where = np.flatnonzero(info["_final_obs"])
-                finals = self._array_of(info["final_obs"], where)
-                next_obs[where] = finals
+                next_obs[where] = self._checked([info["final_obs"][i] for i in where], len(where),
+                                                "step (a final observation)")
             reward = np.asarray(reward, np.float32)
             if not np.all(np.isfinite(reward)):
                 raise ValueError(f"env={self.name!r} returned a non-finite reward in step")
@@ -181,18 +188,6 @@ class HostEnvs:
         self.fresh = False
         stack = lambda *xs: np.stack(xs)  # noqa: E731
         return jax.tree_util.tree_map(stack, *steps), jax.tree_util.tree_map(stack, *ended)
-
-    def _array_of(self, finals: Any, where: np.ndarray) -> np.ndarray:
-        """The final observations of the envs ``where`` (Gymnasium gives them one per env)."""
-        gymnasium = _gymnasium()
-        rows = [finals[i] for i in where]
-        if isinstance(self.single_obs, gymnasium.spaces.Box):
-            out = np.stack([np.asarray(r, self.obs_dtype) for r in rows])
-        else:
-            out = np.stack([gymnasium.spaces.flatten(self.single_obs, r) for r in rows]).astype(np.float32)
-        if out.dtype != np.uint8 and not np.all(np.isfinite(out)):
-            raise ValueError(f"env={self.name!r} returned a non-finite final observation in step")
-        return out
 
     def close(self) -> None:
         self.vector.close()
