@@ -282,10 +282,9 @@ def _multiagent(value: Mapping[str, Any], cls: type, config: Mapping[str, Any]) 
     return {k: v for k, v in multiagent.items() if k not in ignored}
 
 
-def _special(key: str, value: Any, cls: type, config: Mapping[str, Any]) -> bool:
-    """Keys accepted only with other keys, or ignored as RLlib itself ignores them; True when
-    ``key`` was dealt with here."""
-    recurrent = bool(dict(config.get("model") or {}).get("use_lstm"))
+def _special(key: str, value: Any, cls: type, recurrent: bool) -> bool:
+    """Keys accepted only with other keys (``recurrent``: the model has an LSTM), or ignored as
+    RLlib itself ignores them; True when ``key`` was dealt with here."""
     if key == "batch_mode" and value == "complete_episodes" and recurrent:
         return True  # R2D2's default: sequences never span episodes (docs/rllib.md, "sequence slices")
     if key == "grad_clip" and issubclass(cls, SimpleQConfig):
@@ -310,7 +309,7 @@ def map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
         named.setdefault(field, []).append((name, value))
 
     for key, value in config.items():
-        if _special(key, value, cls, config):
+        if _special(key, value, cls, recurrent):
             continue
         if key == "num_gpus":
             if is_number(value) and value >= 2:
