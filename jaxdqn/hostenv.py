@@ -12,7 +12,7 @@ The envs: ``num_envs_per_worker`` per worker, ``num_workers`` workers; with ``nu
 they step in the trainer's process (Gymnasium's ``SyncVectorEnv``), else each in a process of
 its own (``AsyncVectorEnv``: RLlib's workers hold ``num_envs_per_worker`` envs each; Gymnasium's
 processes hold one). The loop: one jitted ``explore`` call per step of every env, then one
-jitted ``take`` and one ``learn`` per fragment (the schedule's replays, priority updates and
+jitted ``advance`` (store and learn) per fragment (the schedule's replays, priority updates and
 target syncs in it: no Python per SGD step). The envs' state is not in checkpoints: after a
 resume they start new episodes, as RLlib's workers do, and the at most ``n_step - 1`` steps of
 each env that waited for their n-step return are dropped.
@@ -20,16 +20,18 @@ each env that waited for their n-step return are dropped.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdqn import atari, envs, metrics, parallel, rollout
-from jaxdqn.config import DQNConfig
+from jaxdqn import atari, envs, evaluation, metrics, parallel, rollout, worker
+from jaxdqn.config import DEFAULT_POLICY, DQNConfig
 
 GYMNASIUM = "gymnasium:"
+MAX_EVALUATION_STEPS = 100_000  # an evaluation episode's cap, as evaluation.default_max_steps's
 ENV_CREATORS: dict[str, Callable[[dict[str, Any]], Any]] = {}  # register_env's names
 
 
@@ -79,6 +81,11 @@ def make_one(config: DQNConfig) -> Callable[[], Any]:
     return lambda: gymnasium.make(gym_id, **env_config)
 
 
+class WorkersRecreated(Exception):
+    """Rollout workers failed and were started again (RLlib's ``recreate_failed_workers``): the
+    fragment they were in is lost and every env starts a new episode."""
+
+
 class HostEnvs:
     """``config``'s envs as one Gymnasium vector env, with RLlib's default preprocessing
     (Discrete observations one-hot, Dict / Tuple ones flattened) and the episode accounting the
@@ -97,13 +104,18 @@ class HostEnvs:
                              "Discrete one")
         self.num_actions = int(action_space.n)
         self.obs_shape, self.obs_dtype = self._obs_layout(gymnasium)
+        self.boxed = isinstance(self.single_obs, gymnasium.spaces.Box)
         autoreset = gymnasium.vector.AutoresetMode.SAME_STEP
         if config.num_workers == 0:
             vector, options = gymnasium.vector.SyncVectorEnv, {}
         else:  # processes started fresh (spawn): forking a process that runs JAX's threads can deadlock
             vector, options = gymnasium.vector.AsyncVectorEnv, {"context": "spawn"}
-        self.vector = self._call(lambda: vector([one] * self.num_envs, autoreset_mode=autoreset, **options),
-                                 "starting it")
+        self._start = lambda: vector([one] * self.num_envs, autoreset_mode=autoreset, **options)  # noqa: E731
+        self.vector = self._call(self._start, "starting it")
+        # RLlib's recreate_failed_workers: only worker processes are recreated (not the trainer's own envs)
+        self.tolerance = config.num_consecutive_worker_failures_tolerance
+        self.recreates = config.recreate_failed_workers and config.num_workers > 0
+        self.failures = 0  # consecutive failed steps (a fragment that ends well clears it)
         self.seed = config.seed
         self.restart()
 
@@ -112,6 +124,34 @@ class HostEnvs:
             return fn()
         except Exception as e:
             raise RuntimeError(f"env={self.name!r} failed {doing}: {type(e).__name__}: {e}") from e
+
+    def _end_workers(self) -> None:
+        """After a failed step: every worker process ended (Gymnasium's ``close`` would wait for
+        the step that failed), the vector env marked closed."""
+        for process in getattr(self.vector, "processes", ()):
+            if process.is_alive():
+                process.terminate()
+            process.join(timeout=10)
+        for pipe in getattr(self.vector, "parent_pipes", ()):
+            pipe.close()
+        self.vector.closed = True
+
+    def _step(self, action: np.ndarray) -> Any:
+        """The vector env's step; a failure is one error naming the env, or (RLlib's
+        ``recreate_failed_workers``) ``WorkersRecreated`` after new worker processes started."""
+        try:
+            return self.vector.step(action)
+        except Exception as e:
+            problem = f"env={self.name!r} failed in step: {type(e).__name__}: {e}"
+            self._end_workers()
+            if not self.recreates or self.failures >= self.tolerance:
+                more = ("" if not self.recreates else
+                        f" ({self.failures} consecutive failures: num_consecutive_worker_failures_tolerance)")
+                raise RuntimeError(problem + more) from e
+            self.failures += 1
+            self.vector = self._call(self._start, "restarting its workers")
+            self.restart()
+            raise WorkersRecreated(problem) from e
 
     def _obs_layout(self, gymnasium: Any) -> tuple[tuple[int, ...], Any]:
         space = self.single_obs
@@ -132,62 +172,92 @@ class HostEnvs:
         """New episodes in every env (a fresh run, or a resumed one)."""
         obs, _ = self._call(lambda: self.vector.reset(seed=self.seed), "in reset")
         self.obs = self._array(obs, "reset")
+        self._finite(self.obs, "observation", "reset")
         self.returns = np.zeros(self.num_envs, np.float32)
         self.lengths = np.zeros(self.num_envs, np.int32)
         self.fresh = True
 
     def _array(self, batch: Any, where: str) -> np.ndarray:
         """A batch of observations from the vector env as ``[E, *obs]``."""
+        if self.boxed:
+            return self._checked(batch, self.num_envs, where)
         gymnasium = _gymnasium()
-        boxed = isinstance(self.single_obs, gymnasium.spaces.Box)
-        rows = batch if boxed else list(gymnasium.vector.utils.iterate(self.vector.observation_space, batch))
-        return self._checked(rows, self.num_envs, where)
+        return self._checked(list(gymnasium.vector.utils.iterate(self.vector.observation_space, batch)),
+                             self.num_envs, where)
 
     def _checked(self, rows: Any, count: int, where: str) -> np.ndarray:
         """``count`` observations, one per env, preprocessed (RLlib's default: Box as is,
         the others flattened) and checked against the space: ``[count, *obs]``."""
-        gymnasium = _gymnasium()
-        if isinstance(self.single_obs, gymnasium.spaces.Box):
+        if self.boxed:
             out = np.asarray(rows, self.obs_dtype)
         else:
+            gymnasium = _gymnasium()
             out = np.stack([gymnasium.spaces.flatten(self.single_obs, r) for r in rows]).astype(np.float32)
         if out.shape != (count,) + self.obs_shape:
             raise ValueError(f"env={self.name!r} returned observations of shape {out.shape[1:]} in {where}; its "
                              f"observation space says {self.obs_shape}")
-        if out.dtype != np.uint8 and not np.all(np.isfinite(out)):
-            raise ValueError(f"env={self.name!r} returned a non-finite observation in {where}")
         return out
+
+    def _finite(self, block: np.ndarray, what: str, where: str = "step") -> None:
+        if block.dtype != np.uint8 and not np.isfinite(block).all():
+            raise ValueError(f"env={self.name!r} returned a non-finite {what} in {where}")
 
     def fragment(self, act: Callable[[np.ndarray, int], Any], length: int
                  ) -> tuple[rollout.RawStep, rollout.Episodes]:
         """``length`` steps of every env, acting with ``act(obs [E, *obs], t)``: the raw steps
-        and the episodes that ended, leaves ``[length, E]`` (numpy)."""
-        steps, ended = [], []
+        and the episodes that ended, leaves ``[length, E]`` (numpy). Written into blocks made
+        once per fragment, and checked (finite observations and rewards) once per block."""
+        shape, obs_shape = (length, self.num_envs), (length, self.num_envs) + self.obs_shape
+        obs_block, next_block = np.empty(obs_shape, self.obs_dtype), np.empty(obs_shape, self.obs_dtype)
+        action, reward = np.empty(shape, np.int32), np.empty(shape, np.float32)
+        terminated, truncated = np.empty(shape, bool), np.empty(shape, bool)
+        returns, lengths = np.empty(shape, np.float32), np.empty(shape, np.int32)
         for t in range(length):
-            action = np.asarray(act(self.obs, t))
-            obs, reward, terminated, truncated, info = self._call(lambda: self.vector.step(action), "in step")
-            obs = self._array(obs, "step")
-            next_obs = obs.copy()
+            action[t] = act(self.obs, t)
+            obs, reward[t], terminated[t], truncated[t], info = self._step(action[t])
+            obs_block[t] = self.obs
+            self.obs = next_block[t] = self._array(obs, "step")
             if "_final_obs" in info and np.any(info["_final_obs"]):
                 where = np.flatnonzero(info["_final_obs"])
-                next_obs[where] = self._checked([info["final_obs"][i] for i in where], len(where),
-                                                "step (a final observation)")
-            reward = np.asarray(reward, np.float32)
-            if not np.all(np.isfinite(reward)):
-                raise ValueError(f"env={self.name!r} returned a non-finite reward in step")
-            terminated, truncated = np.asarray(terminated, bool), np.asarray(truncated, bool)
-            done = terminated | truncated
-            self.returns += reward
+                next_block[t, where] = self._checked([info["final_obs"][i] for i in where], len(where),
+                                                     "step (a final observation)")
+            self.returns += reward[t]
             self.lengths += 1
-            ended.append(rollout.Episodes(done=done, episode_return=self.returns.copy(),
-                                          episode_length=self.lengths.copy()))
+            returns[t], lengths[t] = self.returns, self.lengths
+            done = terminated[t] | truncated[t]
             self.returns[done], self.lengths[done] = 0.0, 0
-            steps.append(rollout.RawStep(obs=self.obs, action=action.astype(np.int32), reward=reward,
-                                         terminated=terminated, truncated=truncated, next_obs=next_obs))
-            self.obs = obs
-        self.fresh = False
-        stack = lambda *xs: np.stack(xs)  # noqa: E731
-        return jax.tree_util.tree_map(stack, *steps), jax.tree_util.tree_map(stack, *ended)
+        self._finite(reward, "reward")
+        self._finite(next_block, "observation")
+        self.fresh, self.failures = False, 0
+        raw = rollout.RawStep(obs=obs_block, action=action, reward=reward, terminated=terminated,
+                              truncated=truncated, next_obs=next_block)
+        return raw, rollout.Episodes(done=terminated | truncated, episode_return=returns, episode_length=lengths)
+
+    def episodes(self, act: Callable[[np.ndarray, int], Any], max_steps: int, seed: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One new episode in every env (reset with ``seed``), acting with ``act(obs, t)`` until
+        each has ended or ``max_steps`` steps: returns ``[E]``, lengths ``[E]``, finished ``[E]``
+        (an env's steps after its episode ended are not counted)."""
+        self.seed = seed
+        self.restart()
+        returns, lengths = np.zeros(self.num_envs, np.float32), np.zeros(self.num_envs, np.int32)
+        alive = np.ones(self.num_envs, bool)
+        for t in range(max_steps):
+            if not alive.any():
+                break
+            action = np.asarray(act(self.obs, t), np.int32)
+            try:
+                obs, reward, terminated, truncated, _ = self.vector.step(action)
+            except Exception as e:
+                raise RuntimeError(f"env={self.name!r} failed in step: {type(e).__name__}: {e}") from e
+            reward = np.asarray(reward, np.float32)
+            self._finite(reward, "reward")
+            self.obs = self._array(obs, "step")
+            self._finite(self.obs, "observation")
+            returns += np.where(alive, reward, 0.0)
+            lengths += alive
+            alive &= ~(np.asarray(terminated, bool) | np.asarray(truncated, bool))
+        return returns, lengths, ~alive
 
     def close(self) -> None:
         self.vector.close()
@@ -201,8 +271,6 @@ def check_config(config: DQNConfig, num_seeds: int | None, trials: Any) -> None:
         "num_devices": (config.num_devices not in (1, "auto"), "a host env's run is on one device"),
         "model.use_lstm": (config.model.use_lstm, "recurrent policies on a host env are not supported yet"),
         "multiagent": (config.multiagent is not None, "multi-agent host envs are not supported yet"),
-        "evaluation_interval": (config.evaluation_interval is not None,
-                                "evaluation of a host env is not supported yet (train() reports its episodes)"),
     }
     for key, (refused, why) in refusals.items():
         if refused:
@@ -221,9 +289,13 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
     runner = parallel.make_runner(config, before_learn_on_batch=before_learn_on_batch, spec=host.spec)
     plan, schedule = runner.plan, runner.plan.schedule
     view = plan.worker.view or (lambda raw: raw)
-    take = jax.jit(lambda state, raw, episodes: plan.take(state, view(raw), episodes), donate_argnums=0)
-    learn = jax.jit(lambda state, items, count: plan.learn(state, items, count)[0], donate_argnums=0,
-                    static_argnums=2)
+
+    def advance(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, count: Any) -> Any:
+        """One fragment's store and its replays (``count``; ``None``: the credit's), one call."""
+        state, items = plan.take(state, view(raw), episodes)
+        return plan.learn(state._replace(key=jax.random.split(state.key)[0]), items, count)[0]
+
+    advance = jax.jit(advance, donate_argnums=0, static_argnums=3)
     explore = jax.jit(lambda params, sampled, obs, key, t: plan.explore(params, sampled, obs,
                                                                         jax.random.fold_in(key, t)))
     close = jax.jit(plan.close, donate_argnums=0)
@@ -248,16 +320,22 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
         return state._replace(actor=actor, metrics=m, key=jax.random.split(state.key)[0])
 
     def store_round(state: Any, count: Any) -> Any:
-        raw, episodes = fragment(state, config.rollout_fragment_length)
-        state, items = take(state, raw, episodes)
-        state = state._replace(key=jax.random.split(state.key)[0])
-        return learn(state, items, count)
+        """One fragment stored and learned from; after new episodes (a fresh or resumed run,
+        recreated workers) the look-ahead is primed first."""
+        while True:
+            try:
+                if host.fresh:
+                    state = prime(state)
+                return advance(state, *fragment(state, config.rollout_fragment_length), count)
+            except WorkersRecreated as e:
+                warnings.warn(f"{e}; its rollout workers were recreated (recreate_failed_workers) and the "
+                              "fragment they were in dropped", RuntimeWarning, stacklevel=2)
 
     def init() -> Any:
-        state = prime(runner.init())
+        state = runner.init()
         for _ in range(schedule.warmup_stores):
             state = store_round(state, 0)
-        return state
+        return prime(state) if host.fresh else state
 
     def chunk(state: Any) -> tuple[Any, dict[str, Any]]:
         if host.fresh:  # a resumed state: new episodes, the look-ahead primed again
@@ -269,7 +347,28 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
             state = store_round(state, None if counts is None else int(counts[(phase + i) % schedule.period]))
         return close(state)
 
-    return runner._replace(init=init, chunk=chunk)
+    return runner._replace(init=init, chunk=chunk, evaluate=make_evaluate(config, plan))
 
 
-__all__ = ["ENV_CREATORS", "GYMNASIUM", "HostEnvs", "check_config", "is_host_env", "make_runner", "register_env"]
+def make_evaluate(config: DQNConfig, plan: Any) -> Callable[..., evaluation.Evaluation]:
+    """``evaluate(params, key, eps=0.0) -> Evaluation``, the plan's evaluation for host envs:
+    ``evaluation_num_episodes`` envs of their own in this process (RLlib's local evaluation
+    worker), one episode each, greedy or (``evaluation_config.explore``) epsilon-greedy at
+    ``eps``; ``key`` seeds their resets and the acting. The envs are made at the first call."""
+    one = worker.evaluation_act(plan.worker.policies[DEFAULT_POLICY], explore=config.evaluation_config.explore)
+    act = jax.jit(lambda params, obs, eps, key, t: one(params[DEFAULT_POLICY], obs, eps,
+                                                       jax.random.fold_in(key, t), ())[0])
+    made: list[HostEnvs] = []
+
+    def evaluate(params: dict[str, Any], key: Any, eps: Any = 0.0) -> evaluation.Evaluation:
+        if not made:
+            made.append(HostEnvs(config.replace(num_workers=0, num_envs_per_worker=config.evaluation_num_episodes)))
+        seed = int(jax.random.bits(key, (), jnp.uint32) >> 1)
+        returns, lengths, finished = made[0].episodes(lambda obs, t: act(params, obs, eps, key, t),
+                                                      MAX_EVALUATION_STEPS, seed)
+        return evaluation.Evaluation(episode_return=returns, episode_length=lengths, finished=finished)
+
+    return evaluate
+
+
+__all__ = ["ENV_CREATORS", "GYMNASIUM", "HostEnvs", "WorkersRecreated", "check_config", "is_host_env", "make_runner", "register_env"]

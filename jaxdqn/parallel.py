@@ -184,6 +184,7 @@ class Runner(NamedTuple):
     unreplicate: Callable[[Any], Any]
     replicate: Callable[[Any], Any]
     trial_values: dict[str, np.ndarray]  # a sweep's traced keys: ``[R]`` per key, one row per run ({} if none)
+    evaluate: Callable[..., Any] | None = None  # host envs' evaluation (params, key, eps); None: the plan's, jitted
 
 
 def make_plan(config: DQNConfig, **kwargs: Any) -> "Plan":

@@ -30,8 +30,8 @@ IGNORED_KEYS = frozenset({
     "memory_per_worker", "object_store_memory_per_worker", "placement_strategy",
     "extra_python_environs_for_driver", "extra_python_environs_for_worker", "log_level",
     "log_sys_usage", "logger_config", "simple_optimizer", "_fake_gpus", "_disable_execution_plan_api",
-    "_use_trajectory_view_api", "tf_session_args", "local_tf_session_args", "ignore_worker_failures",
-    "recreate_failed_workers", "collect_metrics_timeout", "create_env_on_driver", "remote_worker_envs",
+    "_use_trajectory_view_api", "tf_session_args", "local_tf_session_args",
+    "collect_metrics_timeout", "create_env_on_driver", "remote_worker_envs",
     "remote_env_batch_wait_ms", "evaluation_num_workers", "evaluation_parallel_to_training",
     "synchronize_filters", "compress_observations", "store_buffer_in_checkpoints",
     "timesteps_per_iteration_warmup", "input_evaluation", "postprocess_inputs", "shuffle_buffer_size",
@@ -40,7 +40,7 @@ IGNORED_KEYS = frozenset({
     # its sample collector, and offline-only settings (``input`` is refused unless "sampler")
     "_tf_policy_handles_more_than_one_loss", "_disable_preprocessor_api", "_disable_action_flattening",
     "metrics_episode_collection_timeout_s", "evaluation_sample_timeout_s", "disable_env_checking",
-    "restart_failed_sub_environments", "num_consecutive_worker_failures_tolerance", "sample_collector",
+    "restart_failed_sub_environments", "sample_collector",
     "input_config", "actions_in_input_normalized", "off_policy_estimation_methods", "output_config",
     # custom_metrics are always {}: keeping their per-episode values changes nothing
     "keep_per_episode_custom_metrics",
@@ -127,6 +127,8 @@ FIXED_KEYS: dict[str, tuple[tuple[Any, ...], str]] = {
     "soft_horizon": ((False,), "episodes reset where they end"),
     "horizon": ((None,), "episode limits are the env's: set env_config max_steps_in_episode"),
     "sample_async": ((False,), "sampling is synchronous, inside the compiled loop"),
+    "ignore_worker_failures": ((False,), "a host env's workers are one vector env whose shapes need every env "
+                                         "(set recreate_failed_workers)"),
     "fake_sampler": ((False,), "there is no fake sampler"),
     "in_evaluation": ((False,), "evaluation is Trainer.evaluate()"),
     "always_attach_evaluation_results": ((False,), "evaluation results come with the iterations that evaluate"),

@@ -113,7 +113,7 @@ class Trainer:
         self._chunk = self.runner.chunk
         self._runs = self.layout.num_seeds  # the vmapped axis: seeds, or trials x seeds (None: one run)
         stacked = (lambda f: jax.vmap(f)) if self._runs is not None else (lambda f: f)
-        self._evaluate = jax.jit(stacked(self.plan.evaluate))
+        self._evaluate = self.runner.evaluate or jax.jit(stacked(self.plan.evaluate))
         self._act = jax.jit(self.plan.act, static_argnums=2)  # (params, obs, policy_id, memory=None)
         self._state: Any = None
         self.iteration = 0

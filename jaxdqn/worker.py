@@ -158,11 +158,11 @@ def single_agent(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer
 
 
 def host_evaluation(env: str) -> Callable[..., evaluation.Evaluation]:
-    """``evaluate`` of an env that steps on the host: refused (its evaluation envs would step
-    outside the compiled program too)."""
+    """``evaluate`` of an env that steps on the host: not the plan's (its evaluation envs step
+    outside the compiled program too; the shell's ``jaxdqn.hostenv.make_evaluate`` plays them)."""
     def evaluate(*args: Any, **kwargs: Any) -> evaluation.Evaluation:
-        raise ValueError(f"env={env!r} steps on the host: Trainer.evaluate() and evaluation_interval are "
-                         "not supported for it yet; the training results report its episodes")
+        raise ValueError(f"env={env!r} steps on the host: the compiled plan cannot evaluate it; "
+                         "jaxdqn.hostenv.make_evaluate (the Trainer's evaluate) does")
     return evaluate
 
 

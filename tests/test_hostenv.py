@@ -1,6 +1,9 @@
 """Envs that step on the host: Gymnasium ids and the user's own envs, registered by name, trained
 through the same compiled store / replay step as a JAX env (jaxdqn.hostenv)."""
 
+import os
+import pathlib
+
 import gymnasium
 import jax
 import numpy as np
@@ -67,15 +70,37 @@ def test_a_name_means_one_backend_by_one_rule():
         jaxdqn.register_env("gymnasium:x", Corridor)
 
 
-def test_a_registered_env_of_a_few_lines_is_learned():
+def test_a_registered_env_of_a_few_lines_is_learned_and_evaluated():
     """A user's gymnasium.Env registered by name (RLlib's tune.register_env) trains: the greedy
-    policy walks right from every cell, and episodes end in the 4 steps the corridor takes."""
-    trainer = Trainer(corridor_config())
+    policy walks right from every cell, and episodes end in the 4 steps the corridor takes. Every
+    5th iteration evaluates it on envs of its own (RLlib's evaluation_interval): the greedy
+    episodes are those 4 steps, once learned; before, one of them may be cut at the limit."""
+    trainer = Trainer(corridor_config(evaluation_interval=5, evaluation_num_episodes=3))
     results = [trainer.train() for _ in range(15)]
     assert [r["timesteps_total"] for r in results[:3]] == [200, 400, 600]
     greedy = [trainer.compute_single_action(np.eye(5, dtype=np.float32)[cell], explore=False) for cell in range(4)]
     assert greedy == [1, 1, 1, 1]
     assert results[-1]["episode_len_mean"] < 5.0 and results[-1]["episode_reward_mean"] == 1.0
+    assert [i for i, r in enumerate(results, 1) if "evaluation" in r] == [5, 10, 15]
+    last = results[-1]["evaluation"]
+    assert last["hist_stats"]["episode_reward"] == [1.0, 1.0, 1.0] and last["episode_len_mean"] == 4.0
+    assert last["episodes_this_iter"] == 3
+    for r in results[4::5]:  # an episode is cut at the limit (12 steps, reward 0) or reaches the end
+        ev = r["evaluation"]
+        assert all(ret in (0.0, 1.0) for ret in ev["hist_stats"]["episode_reward"])
+        assert 4.0 <= ev["episode_len_mean"] <= 12.0
+
+
+def test_an_exploring_evaluation_acts_at_the_runs_epsilon():
+    """evaluation_config.explore: epsilon-greedy at the run's epsilon; an untrained run's epsilon
+    is 1 (uniform actions), so episodes take longer than the greedy walk and differ."""
+    trainer = Trainer(corridor_config(evaluation_config={"explore": True}, evaluation_num_episodes=20,
+                                      exploration_config=dict(epsilon_timesteps=10 ** 6, final_epsilon=1.0)))
+    trainer.train()
+    ev = trainer.evaluate()["evaluation"]
+    lengths = ev["episode_len_mean"]
+    assert ev["episodes_this_iter"] == 20 and 4.0 < lengths <= 12.0
+    assert len(set(ev["hist_stats"]["episode_reward"])) == 2  # some reached the end, some were cut
 
 
 @pytest.mark.parametrize("n_step", [1, 3])
@@ -157,9 +182,47 @@ def test_a_bad_env_fails_with_one_error_naming_it(env, error, message):
         hostenv.ENV_CREATORS.pop("bad")
 
 
+class DiesOnce(Corridor):
+    """The worker process running it exits at its third step, the first time any env gets there
+    (a marker file says whether one did)."""
+
+    def step(self, action):
+        marker = pathlib.Path(self.config_marker)
+        if self.t == 2 and not marker.exists():
+            marker.write_text("died")
+            os._exit(3)
+        return super().step(action)
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.config_marker = config["marker"]
+
+
+@pytest.mark.parametrize("recreate", [False, True])
+def test_a_dead_worker_process_is_recreated_or_stops_the_run_with_its_error(tmp_path, recreate):
+    """A rollout worker process that dies: with recreate_failed_workers new processes start,
+    every env begins a new episode and training goes on (a warning says so); without it the run
+    stops with one error naming the env (never a hang)."""
+    jaxdqn.register_env("dies", DiesOnce)
+    config = corridor_config(env="dies", env_params={"marker": str(tmp_path / "marker")}, num_workers=2,
+                             num_envs_per_worker=1, learning_starts=16, timesteps_per_iteration=40,
+                             recreate_failed_workers=recreate)
+    try:
+        trainer = Trainer(config)
+        if not recreate:
+            with pytest.raises(RuntimeError, match="env='dies' failed in step: "):
+                trainer.train()
+            return
+        with pytest.warns(RuntimeWarning, match="rollout workers were recreated"):
+            results = [trainer.train() for _ in range(2)]
+        assert (tmp_path / "marker").exists() and results[-1]["timesteps_total"] >= 80
+        assert results[-1]["episodes_total"] > 0
+    finally:
+        hostenv.ENV_CREATORS.pop("dies")
+
+
 @pytest.mark.parametrize("changes, key", [
-    (dict(num_seeds=2), "num_seeds"), (dict(evaluation_interval=1), "evaluation_interval"),
-    (dict(model=ModelConfig(use_lstm=True)), "model.use_lstm")])
+    (dict(num_seeds=2), "num_seeds"), (dict(model=ModelConfig(use_lstm=True)), "model.use_lstm")])
 def test_what_a_host_env_does_not_run_yet_is_refused_naming_the_key(changes, key):
     seeds = changes.pop("num_seeds", None)
     with pytest.raises(ValueError, match=f"^{key} is not supported with env='corridor'"):

@@ -95,3 +95,14 @@ def test_count_kernels_runs_and_prints_both_programs():
                          timeout=600, check=True).stdout
     counts = [line for line in out.splitlines() if line.startswith("kernels per iteration")]
     assert len(counts) == 2 and all(float(line.rsplit("ratio ", 1)[1]) > 0 for line in counts), out
+
+
+def test_bench_hostenv_runs_and_prints_its_rows():
+    out = subprocess.run(
+        [sys.executable, "scripts/bench_hostenv.py", "--contenders", "jaxdqn", "--envs-list", "CartPole-v1",
+         "--rounds", "1", "--warmup", "1000", "--timesteps", "1000"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=True,
+    ).stdout
+    rows = [line.split("|") for line in out.splitlines() if line.startswith("| CartPole-v1")]
+    assert [r[2].strip() for r in rows] == ["jaxdqn"], out
+    assert float(rows[0][3]) > 0 and float(rows[0][6]) >= float(rows[0][3]), out  # outside the env: faster

@@ -123,6 +123,10 @@ class DQNConfig:
     rollout_fragment_length: int = key(4, integer(1))
     num_workers: int = key(0, integer(0))
     num_envs_per_worker: int = key(1, integer(1))
+    # Host envs' worker processes (jaxdqn.hostenv): one that fails is started again (the fragment
+    # it was in is lost), up to the tolerance of consecutive failures; else the run stops.
+    recreate_failed_workers: bool = key(False, boolean, resumable=True)
+    num_consecutive_worker_failures_tolerance: int = key(100, integer(0), resumable=True)
     timesteps_per_iteration: int = key(1000, integer(0), resumable=True, rllib=(
         "min_sample_timesteps_per_reporting", "min_sample_timesteps_per_iteration"))
     evaluation_num_episodes: int = key(10, integer(1), resumable=True)
