@@ -201,11 +201,18 @@ def override_params(params: Any, overrides: Mapping[str, Any]) -> Any:
     return params.replace(**overrides)
 
 
-def host_spec(obs_shape: tuple[int, ...], num_actions: int, obs_dtype: Any = None) -> EnvSpec:
+class HostParams(NamedTuple):
+    """What the plan knows of an env that steps on the host beyond its shapes."""
+
+    atari: bool = False  # an Atari game (rewards clipped for the learner as RLlib's DeepMind preprocessing)
+
+
+def host_spec(obs_shape: tuple[int, ...], num_actions: int, obs_dtype: Any = None, *, atari: bool = False
+              ) -> EnvSpec:
     """The spec of an env that steps on the host, outside the compiled program (a Gymnasium env
-    of the shell's rollout workers): shapes only, no env."""
-    return EnvSpec(env=None, params=None, obs_shape=tuple(obs_shape), num_actions=int(num_actions),
-                   obs_dtype=obs_dtype)
+    of the shell's rollout workers, an EnvPool batch): shapes only, no env."""
+    return EnvSpec(env=None, params=HostParams(atari=atari), obs_shape=tuple(obs_shape),
+                   num_actions=int(num_actions), obs_dtype=obs_dtype)
 
 
 def is_batched(spec: EnvSpec) -> bool:

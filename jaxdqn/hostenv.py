@@ -1,9 +1,10 @@
-"""Envs that step on the host (shell layer): Gymnasium envs and the user's own, registered by name
-as with RLlib's ``tune.register_env``, played by RLlib-style rollout workers and fed to the same
-compiled store / replay step as a JAX env.
+"""Envs that step on the host (shell layer): Gymnasium envs, EnvPool's, and the user's own,
+registered by name as with RLlib's ``tune.register_env``, played by RLlib-style rollout workers
+and fed to the same compiled store / replay step as a JAX env.
 
-Which backend a name means, in this order: ``"gymnasium:<id>"`` is Gymnasium's ``<id>``; a name
-given to ``register_env`` is the user's creator; a name gymnax or jaxdqn knows (``CartPole-v1``,
+Which backend a name means, in this order: ``"gymnasium:<id>"`` is Gymnasium's ``<id>`` and
+``"envpool:<task>"`` EnvPool's ``<task>`` (one batch stepped by EnvPool's threads, see
+``PoolVector``); a name given to ``register_env`` is the user's creator; a name gymnax or jaxdqn knows (``CartPole-v1``,
 ``Breakout-MinAtar``, ``ALE/Pong-v5``, ...) steps inside the compiled loop; any other id in
 Gymnasium's registry is Gymnasium's. So ``CartPole-v1`` is gymnax's CartPole and
 ``gymnasium:CartPole-v1`` Gymnasium's.
@@ -28,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdqn import atari, envs, evaluation, metrics, parallel, rollout, worker
+from jaxdqn.hostpool import ENVPOOL, PoolVector
 from jaxdqn.config import DEFAULT_POLICY, DQNConfig
 
 GYMNASIUM = "gymnasium:"
@@ -58,7 +60,7 @@ def is_host_env(env: Any) -> bool:
     """Whether ``env`` (a config's ``env``) steps on the host (the module docstring's rule)."""
     if not isinstance(env, str):
         return False
-    if env.startswith(GYMNASIUM) or env in ENV_CREATORS:
+    if env.startswith((GYMNASIUM, ENVPOOL)) or env in ENV_CREATORS:
         return True
     if envs.is_known(env) or atari.is_atari(env):
         return False
@@ -95,10 +97,18 @@ class HostEnvs:
         gymnasium = _gymnasium()
         self.name = config.env
         self.num_envs = config.num_envs
-        one = make_one(config)
-        probe = self._call(one, "creating it")
-        self.single_obs, action_space = probe.observation_space, probe.action_space
-        probe.close()
+        if config.env.startswith(ENVPOOL):  # one batch, stepped by EnvPool's own threads (num_workers of them)
+            pool = self._call(lambda: PoolVector(config.env[len(ENVPOOL):], self.num_envs, config.num_workers,
+                                                 config.seed, dict(config.env_params)), "creating it")
+            self._start = lambda: pool  # noqa: E731
+            self.atari = pool.atari
+            self.single_obs, action_space = pool.single_observation_space, pool.single_action_space
+        else:
+            one = make_one(config)
+            probe = self._call(one, "creating it")
+            self.single_obs, action_space = probe.observation_space, probe.action_space
+            probe.close()
+            self.atari = False
         if not isinstance(action_space, gymnasium.spaces.Discrete):
             raise ValueError(f"env={self.name!r} has a {type(action_space).__name__} action space: DQN needs a "
                              "Discrete one")
@@ -106,11 +116,14 @@ class HostEnvs:
         self.obs_shape, self.obs_dtype = self._obs_layout(gymnasium)
         self.boxed = isinstance(self.single_obs, gymnasium.spaces.Box)
         autoreset = gymnasium.vector.AutoresetMode.SAME_STEP
-        if config.num_workers == 0:
+        if config.env.startswith(ENVPOOL):
+            pass
+        elif config.num_workers == 0:
             vector, options = gymnasium.vector.SyncVectorEnv, {}
+            self._start = lambda: vector([one] * self.num_envs, autoreset_mode=autoreset, **options)  # noqa: E731
         else:  # processes started fresh (spawn): forking a process that runs JAX's threads can deadlock
             vector, options = gymnasium.vector.AsyncVectorEnv, {"context": "spawn"}
-        self._start = lambda: vector([one] * self.num_envs, autoreset_mode=autoreset, **options)  # noqa: E731
+            self._start = lambda: vector([one] * self.num_envs, autoreset_mode=autoreset, **options)  # noqa: E731
         self.vector = self._call(self._start, "starting it")
         # RLlib's recreate_failed_workers: only worker processes are recreated (not the trainer's own envs)
         self.tolerance = config.num_consecutive_worker_failures_tolerance
@@ -166,7 +179,8 @@ class HostEnvs:
 
     @property
     def spec(self) -> envs.EnvSpec:
-        return envs.host_spec(self.obs_shape, self.num_actions, None if self.obs_dtype == np.float32 else jnp.uint8)
+        return envs.host_spec(self.obs_shape, self.num_actions, None if self.obs_dtype == np.float32 else jnp.uint8,
+                              atari=self.atari)
 
     def restart(self) -> None:
         """New episodes in every env (a fresh run, or a resumed one)."""
@@ -212,6 +226,7 @@ class HostEnvs:
         action, reward = np.empty(shape, np.int32), np.empty(shape, np.float32)
         terminated, truncated = np.empty(shape, bool), np.empty(shape, bool)
         returns, lengths = np.empty(shape, np.float32), np.empty(shape, np.int32)
+        ended = np.empty(shape, bool)  # the scored episodes' ends (an Atari game, not a life)
         for t in range(length):
             action[t] = act(self.obs, t)
             obs, reward[t], terminated[t], truncated[t], info = self._step(action[t])
@@ -224,14 +239,15 @@ class HostEnvs:
             self.returns += reward[t]
             self.lengths += 1
             returns[t], lengths[t] = self.returns, self.lengths
-            done = terminated[t] | truncated[t]
+            done = info.get("episode_end", terminated[t] | truncated[t])
+            ended[t] = done
             self.returns[done], self.lengths[done] = 0.0, 0
         self._finite(reward, "reward")
         self._finite(next_block, "observation")
         self.fresh, self.failures = False, 0
         raw = rollout.RawStep(obs=obs_block, action=action, reward=reward, terminated=terminated,
                               truncated=truncated, next_obs=next_block)
-        return raw, rollout.Episodes(done=terminated | truncated, episode_return=returns, episode_length=lengths)
+        return raw, rollout.Episodes(done=ended, episode_return=returns, episode_length=lengths)
 
     def episodes(self, act: Callable[[np.ndarray, int], Any], max_steps: int, seed: int
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -247,7 +263,7 @@ class HostEnvs:
                 break
             action = np.asarray(act(self.obs, t), np.int32)
             try:
-                obs, reward, terminated, truncated, _ = self.vector.step(action)
+                obs, reward, terminated, truncated, info = self.vector.step(action)
             except Exception as e:
                 raise RuntimeError(f"env={self.name!r} failed in step: {type(e).__name__}: {e}") from e
             reward = np.asarray(reward, np.float32)
@@ -256,7 +272,7 @@ class HostEnvs:
             self._finite(self.obs, "observation")
             returns += np.where(alive, reward, 0.0)
             lengths += alive
-            alive &= ~(np.asarray(terminated, bool) | np.asarray(truncated, bool))
+            alive &= ~info.get("episode_end", np.asarray(terminated, bool) | np.asarray(truncated, bool))
         return returns, lengths, ~alive
 
     def close(self) -> None:

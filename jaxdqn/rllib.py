@@ -10,6 +10,7 @@ exactly one class (``tests/test_rllib_keys.py`` lists them all): one of our fiel
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 from typing import Any, Mapping
 
@@ -101,6 +102,12 @@ def _is_deprecated(key: str, value: Any) -> bool:
 # MODEL_DEFAULTS' preprocessing keys, which steer the ALE's own preprocessing for an Atari env
 # (RLlib's DeepMind wrappers) and are ignored (as RLlib does) for every other env.
 ATARI_MODEL_KEYS = frozenset({"dim", "framestack", "grayscale", "zero_mean"})
+
+
+def _atari_env(env: Any) -> bool:
+    """An Atari game: the ALE's inside the compiled loop, or EnvPool's (``envpool:Pong-v5``),
+    whose options have the same names for RLlib's preprocessing keys."""
+    return atari_game(env) is not None or (isinstance(env, str) and re.fullmatch(r"envpool:[A-Z]\w*-v5", env) is not None)
 
 
 def _atari_option(key: str, value: Any) -> dict[str, Any]:
@@ -328,7 +335,7 @@ def map_rllib(cls: type, config: Mapping[str, Any]) -> dict[str, Any]:
         if key == "seed":
             out["seed"] = 0 if value is None else value
         elif key == "model":
-            out["model"] = _model(value, atari_game(config.get("env")) is not None, atari_options)
+            out["model"] = _model(value, _atari_env(config.get("env")), atari_options)
         elif key == "exploration_config":
             out[key] = section(key, value, ExplorationConfig, UNKNOWN)
         elif key == "multiagent":

@@ -154,7 +154,7 @@ def single_agent(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer
                   primed=not recurrent, init=init,
                   behaviour=behaviour, items=items, policy_episodes=lambda episodes: {}, evaluate=evaluate,
                   view=reward_view(config.clip_rewards, config.no_done_at_end, config.bootstrap_truncations,
-                                    clip_atari=atari.is_atari(config.env)))
+                                    clip_atari=atari.is_atari(config.env) or is_host_atari(spec)))
 
 
 def host_evaluation(env: str) -> Callable[..., evaluation.Evaluation]:
@@ -164,6 +164,12 @@ def host_evaluation(env: str) -> Callable[..., evaluation.Evaluation]:
         raise ValueError(f"env={env!r} steps on the host: the compiled plan cannot evaluate it; "
                          "jaxdqn.hostenv.make_evaluate (the Trainer's evaluate) does")
     return evaluate
+
+
+def is_host_atari(spec: envs.EnvSpec) -> bool:
+    """An Atari game stepped on the host (EnvPool's), whose rewards the learner clips as RLlib's
+    DeepMind preprocessing does."""
+    return spec.env is None and getattr(spec.params, "atari", False)
 
 
 def reward_view(clip_rewards: Any, no_done_at_end: bool, bootstrap_truncations: bool, *,

@@ -254,3 +254,46 @@ def test_the_guides_example_runs_as_written():
     exec(compile(code, "docs/guide.md", "exec"), scope)
     assert scope["result"]["timesteps_total"] == 200 and scope["result"]["episodes_total"] > 0
     hostenv.ENV_CREATORS.pop("corridor", None)
+
+
+def cartpole_next(obs, action):
+    """Gymnasium's CartPole dynamics from ``obs`` (an independent reference for a transition)."""
+    env = gymnasium.make("CartPole-v1").unwrapped
+    env.reset(seed=0)
+    env.state = np.asarray(obs, np.float64)
+    return env.step(int(action))[0]
+
+
+def test_envpool_steps_reach_the_buffer_as_the_physics_says():
+    """`envpool:CartPole-v1`: EnvPool's batch with Gymnasium's same-step autoreset. Every stored
+    transition follows CartPole's dynamics from its observation and action, the ones that end an
+    episode included (their next observation is the episode's last, not the next one's first)."""
+    trainer = Trainer(SimpleQConfig(env="envpool:CartPole-v1", num_envs_per_worker=3, learning_starts=0,
+                                    timesteps_per_iteration=300, buffer_size=1000))
+    result = trainer.train()
+    buffer = trainer.state.buffer["default_policy"]  # SimpleQ's: uniform replay
+    size = int(buffer.size)
+    obs, action, discount, next_obs = (np.asarray(x[:size]) for x in (buffer.storage.obs, buffer.storage.action,
+                                                                        buffer.storage.discount,
+                                                                        buffer.storage.next_obs))
+    assert size >= 300 and result["episodes_total"] >= 5 and (discount == 0).sum() >= 5
+    expected = np.stack([cartpole_next(o, a) for o, a in zip(obs, action)])
+    np.testing.assert_allclose(next_obs, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_envpool_atari_is_wrap_deepmind_with_whole_games_as_episodes():
+    """`envpool:Breakout-v5` with RLlib's wrap_deepmind options: 84x84x4 uint8 frames channels-last
+    through the conv stack, a lost life terminates (no bootstrap) while an episode is a whole
+    game of 5 lives, and the learner stores clipped rewards while episode returns are the game's."""
+    trainer = Trainer(DQNConfig(env="envpool:Breakout-v5", num_envs_per_worker=4, buffer_size=3000,
+                                learning_starts=2000, timesteps_per_iteration=2400, train_batch_size=8,
+                                model=ModelConfig(conv_filters=((4, 8, 4), (8, 4, 2)), fcnet_hiddens=(16,)),
+                                hiddens=(16,)))
+    assert trainer.plan.spec.obs_shape == (84, 84, 4) and trainer.plan.spec.num_actions == 4
+    result = trainer.train()
+    storage = trainer.state.buffer["default_policy"].storage
+    size = int(storage.size)
+    reward, discount = np.asarray(storage.storage.reward[:size]), np.asarray(storage.storage.discount[:size])
+    assert result["episodes_total"] >= 1
+    assert (discount == 0).sum() >= 4 * result["episodes_total"]  # 5 lives per game, the last one's too
+    assert set(np.unique(reward)) <= {0.0, 1.0}
