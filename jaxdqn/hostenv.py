@@ -4,7 +4,9 @@ and fed to the same compiled store / replay step as a JAX env.
 
 Which backend a name means, in this order: ``"gymnasium:<id>"`` is Gymnasium's ``<id>`` and
 ``"envpool:<task>"`` EnvPool's ``<task>`` (one batch stepped by EnvPool's threads, see
-``PoolVector``); a name given to ``register_env`` is the user's creator; a name gymnax or jaxdqn knows (``CartPole-v1``,
+``PoolVector``), ``"<module>:<id>"`` Gymnasium's ``<id>`` once ``<module>`` is imported
+(``minigrid:MiniGrid-Empty-6x6-v0``, Gymnasium's own form); a name given to ``register_env`` is
+the user's creator; a name gymnax or jaxdqn knows (``CartPole-v1``,
 ``Breakout-MinAtar``, ``ALE/Pong-v5``, ...) steps inside the compiled loop; any other id in
 Gymnasium's registry is Gymnasium's. So ``CartPole-v1`` is gymnax's CartPole and
 ``gymnasium:CartPole-v1`` Gymnasium's.
@@ -21,6 +23,7 @@ each env that waited for their n-step return are dropped.
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from typing import Any, Callable
 
@@ -60,7 +63,7 @@ def is_host_env(env: Any) -> bool:
     """Whether ``env`` (a config's ``env``) steps on the host (the module docstring's rule)."""
     if not isinstance(env, str):
         return False
-    if env.startswith((GYMNASIUM, ENVPOOL)) or env in ENV_CREATORS:
+    if env.startswith((GYMNASIUM, ENVPOOL)) or env in ENV_CREATORS or _module_form(env):
         return True
     if envs.is_known(env) or atari.is_atari(env):
         return False
@@ -68,6 +71,13 @@ def is_host_env(env: Any) -> bool:
         return env in _gymnasium().registry
     except ImportError:
         return False
+
+
+def _module_form(env: str) -> bool:
+    """Gymnasium's ``"<module>:<id>"`` (``minigrid:MiniGrid-Empty-6x6-v0``): the module, imported
+    first, registers the id (the plugin packages' way)."""
+    module, _, gym_id = env.partition(":")
+    return bool(module) and bool(gym_id) and module.isidentifier() and ":" not in gym_id
 
 
 def make_one(config: DQNConfig) -> Callable[[], Any]:
@@ -78,9 +88,45 @@ def make_one(config: DQNConfig) -> Callable[[], Any]:
         return lambda: creator(dict(env_config))
     gymnasium = _gymnasium()
     gym_id = name[len(GYMNASIUM):] if name.startswith(GYMNASIUM) else name
-    if gym_id not in gymnasium.registry:
+    if _module_form(gym_id):
+        module, _, registered = gym_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ImportError(f"env={name!r}: its module {module!r} is not installed ({e})") from e
+    else:
+        registered = gym_id
+    if registered not in gymnasium.registry:
         raise ValueError(f"env={name!r} is not a Gymnasium env id (nor a name given to jaxdqn.register_env)")
     return lambda: gymnasium.make(gym_id, **env_config)
+
+
+def numeric_part(space: Any, gymnasium: Any) -> Any:
+    """The part of an observation space a network takes, RLlib's default preprocessing: Box,
+    Discrete (one-hot), MultiDiscrete, MultiBinary, Dict and Tuple of them; other leaves (text,
+    such as MiniGrid's constant mission string) are left out. None if nothing is left."""
+    spaces = gymnasium.spaces
+    if isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        return space
+    if isinstance(space, (spaces.Dict, spaces.Tuple)):
+        items = space.spaces.items() if isinstance(space, spaces.Dict) else enumerate(space.spaces)
+        kept = {k: part for k, sub in items if (part := numeric_part(sub, gymnasium)) is not None}
+        if not kept:
+            return None
+        return spaces.Dict(kept) if isinstance(space, spaces.Dict) else spaces.Tuple(tuple(kept.values()))
+    return None
+
+
+def numeric_obs(space: Any, obs: Any, gymnasium: Any) -> Any:
+    """``obs`` of ``space`` reduced to ``numeric_part(space)``."""
+    spaces = gymnasium.spaces
+    if isinstance(space, spaces.Dict):
+        return {k: numeric_obs(sub, obs[k], gymnasium) for k, sub in space.spaces.items()
+                if numeric_part(sub, gymnasium) is not None}
+    if isinstance(space, spaces.Tuple):
+        return tuple(numeric_obs(sub, o, gymnasium) for sub, o in zip(space.spaces, obs)
+                     if numeric_part(sub, gymnasium) is not None)
+    return obs
 
 
 class WorkersRecreated(Exception):
@@ -171,11 +217,11 @@ class HostEnvs:
         if isinstance(space, gymnasium.spaces.Box):
             dtype = np.uint8 if space.dtype == np.uint8 else np.float32
             return tuple(space.shape), dtype
-        if isinstance(space, (gymnasium.spaces.Discrete, gymnasium.spaces.Dict, gymnasium.spaces.Tuple,
-                              gymnasium.spaces.MultiDiscrete, gymnasium.spaces.MultiBinary)):
-            return (int(gymnasium.spaces.flatdim(space)),), np.float32
-        raise ValueError(f"env={self.name!r} has a {type(space).__name__} observation space: supported are Box, "
-                         "Discrete, MultiDiscrete, MultiBinary, Dict and Tuple")
+        self.numeric = numeric_part(space, gymnasium)
+        if self.numeric is None or gymnasium.spaces.flatdim(self.numeric) == 0:
+            raise ValueError(f"env={self.name!r} has a {type(space).__name__} observation space: supported are Box, "
+                             "Discrete, MultiDiscrete, MultiBinary, and Dict and Tuple of them")
+        return (int(gymnasium.spaces.flatdim(self.numeric)),), np.float32
 
     @property
     def spec(self) -> envs.EnvSpec:
@@ -206,7 +252,8 @@ class HostEnvs:
             out = np.asarray(rows, self.obs_dtype)
         else:
             gymnasium = _gymnasium()
-            out = np.stack([gymnasium.spaces.flatten(self.single_obs, r) for r in rows]).astype(np.float32)
+            out = np.stack([gymnasium.spaces.flatten(self.numeric, numeric_obs(self.single_obs, r, gymnasium))
+                            for r in rows]).astype(np.float32)
         if out.shape != (count,) + self.obs_shape:
             raise ValueError(f"env={self.name!r} returned observations of shape {out.shape[1:]} in {where}; its "
                              f"observation space says {self.obs_shape}")

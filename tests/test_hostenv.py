@@ -256,6 +256,22 @@ def test_the_guides_example_runs_as_written():
     hostenv.ENV_CREATORS.pop("corridor", None)
 
 
+def test_the_lunarlander_tuned_example_is_what_jaxdqn_train_runs_for_it():
+    """`jaxdqn train --env LunarLander-v3` takes the shipped YAML (its learning threshold is a
+    slow test): Gymnasium's Box2D env on the host, 4 envs in the trainer's process."""
+    from jaxdqn.cli import documents
+    from jaxdqn.config import from_dict
+
+    name, document = documents.tuned_example("dqn", "LunarLander-v3")
+    _, config, stop, _ = documents.document_to_spec(document, name)
+    config = from_dict(config, "dqn")
+    assert hostenv.is_host_env(config.env) and config.num_envs == 4 and config.num_workers == 0
+    assert stop == {"episode_reward_mean": 200, "timesteps_total": 500_000}
+    trainer = Trainer(config.replace(learning_starts=64, buffer_size=1000, timesteps_per_iteration=128))
+    result = trainer.train()  # 2 primed steps (n_step 3) of 4 envs, then 8 stores of 16
+    assert result["timesteps_total"] == 8 + 128 and trainer.plan.spec.num_actions == 4
+
+
 def cartpole_next(obs, action):
     """Gymnasium's CartPole dynamics from ``obs`` (an independent reference for a transition)."""
     env = gymnasium.make("CartPole-v1").unwrapped
@@ -297,3 +313,27 @@ def test_envpool_atari_is_wrap_deepmind_with_whole_games_as_episodes():
     assert result["episodes_total"] >= 1
     assert (discount == 0).sum() >= 4 * result["episodes_total"]  # 5 lives per game, the last one's too
     assert set(np.unique(reward)) <= {0.0, 1.0}
+
+
+def test_a_dict_observation_is_flattened_without_its_text():
+    """MiniGrid's Dict observation (a 7x7x3 view, a Discrete direction, a mission string),
+    through Gymnasium's "<module>:<id>" form: the view's 147 values and the direction one-hot
+    make the vector the network takes; the string is left out. The tuned example runs."""
+    import minigrid  # noqa: F401 - registers its envs
+
+    from jaxdqn.cli import documents
+    from jaxdqn.config import from_dict
+
+    host = hostenv.HostEnvs(DQNConfig(env="minigrid:MiniGrid-Empty-6x6-v0", num_envs_per_worker=2))
+    env = gymnasium.make("MiniGrid-Empty-6x6-v0")
+    first, _ = env.reset(seed=0)
+    assert host.obs_shape == (7 * 7 * 3 + 4,)
+    np.testing.assert_array_equal(host.obs[0], np.concatenate([np.eye(4)[first["direction"]],
+                                                               first["image"].reshape(-1)]))
+    host.close()
+    name, document = documents.tuned_example("dqn", "minigrid:MiniGrid-Empty-6x6-v0")
+    _, config, stop, _ = documents.document_to_spec(document, name)
+    config = from_dict(config, "dqn")
+    assert stop["episode_reward_mean"] == 0.9
+    result = Trainer(config.replace(learning_starts=64, buffer_size=1000, timesteps_per_iteration=128)).train()
+    assert result["timesteps_total"] == 8 + 128  # 2 primed steps (n_step 3) of 4 envs, then 8 stores of 16

@@ -99,3 +99,30 @@ def test_multi_agent_cartpole_policies_learn_on_8_of_10_seeds(replay_mode, thres
     for pid in ("p0", "p1"):
         final = np.asarray(reports[f"policy_reward_mean/{pid}"])[:, -1]
         assert int(np.sum(final >= threshold)) >= 8, (pid, final)
+
+
+def test_lunarlander_tuned_example_reaches_200_within_500k_on_8_of_10_seeds(tmp_path):
+    """Gymnasium's LunarLander-v3 on the host, the shipped tuned example (`jaxdqn train --env
+    LunarLander-v3`): one run per seed (host envs are not vmapped); the run stops at
+    episode_reward_mean >= 200 (the last 100 training episodes), or at 500k env steps."""
+    best = []
+    for seed in range(10):
+        out = tmp_path / f"seed_{seed}"
+        assert cli.main(["train", "--env", "LunarLander-v3", "--set", f"seed={seed}", "--out", str(out), "--quiet"]) == 0
+        results = [json.loads(line) for line in (out / "result.json").read_text().splitlines()]
+        assert results[-1]["timesteps_total"] <= 500_000 + results[-1]["timesteps_this_iter"]
+        best.append(max(r["episode_reward_mean"] for r in results))
+    assert sum(b >= 200 for b in best) >= 8, best
+
+
+def test_minigrid_tuned_example_solves_empty_6x6_on_5_of_5_seeds(tmp_path):
+    """MiniGrid's Empty-6x6 on the host, the shipped tuned example: every seed reaches
+    episode_reward_mean >= 0.9 (the shortest path pays 0.956) within its 200k env steps."""
+    best = []
+    for seed in range(5):
+        out = tmp_path / f"seed_{seed}"
+        assert cli.main(["train", "--env", "minigrid:MiniGrid-Empty-6x6-v0", "--set", f"seed={seed}", "--out", str(out),
+                         "--quiet"]) == 0
+        results = [json.loads(line) for line in (out / "result.json").read_text().splitlines()]
+        best.append(max(r["episode_reward_mean"] for r in results))
+    assert all(b >= 0.9 for b in best), best

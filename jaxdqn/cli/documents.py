@@ -16,7 +16,8 @@ RUN_NAMES = {"dqn": "DQN", "simple_q": "SimpleQ"}  # RLlib's trainable names (Tu
 STOP_KEYS = ("episode_reward_mean", "timesteps_total", "training_iteration", "time_total_s")
 TUNED = {("dqn", "CartPole-v1"): "cartpole-v1-dqn.yaml", ("simple_q", "CartPole-v1"): "cartpole-v1-simpleq.yaml",
          ("dqn", "Acrobot-v1"): "acrobot-v1-dqn.yaml", ("dqn", "MemoryChain-bsuite"): "memorychain-bsuite-dqn-lstm.yaml",
-         ("dqn", "MultiCartPole-v1"): "multicartpole-v1-dqn.yaml",
+         ("dqn", "MultiCartPole-v1"): "multicartpole-v1-dqn.yaml", ("dqn", "LunarLander-v3"): "lunarlander-v3-dqn.yaml",
+         ("dqn", "minigrid:MiniGrid-Empty-6x6-v0"): "minigrid-empty-6x6-dqn.yaml",
          **{("dqn", f"{game}-MinAtar"): f"{game.lower()}-minatar-dqn.yaml"
             for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders", "Seaquest")}}
 
