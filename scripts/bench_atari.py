@@ -8,6 +8,9 @@
 - ``DQN, whole stacks``: the same with each transition's obs and next_obs stacks stored whole
   (the replay before frames were stored once: ``worker.stores_frames_once`` patched off), the
   cost or gain of rebuilding stacks when sampling;
+- ``DQN on EnvPool``: the same config with ``env=envpool:Pong-v5`` (the documented switch: the
+  games step on the host in EnvPool's threads, one jitted action call per env step, one jitted
+  store + replay call per fragment), where EnvPool is installed;
 
 each with ``--envs`` games (1 and 8 by default; an ALE batch is one program, so "seeds" are games
 here). Every env step is 4 emulator frames. Median over iterations. Usage::
@@ -18,6 +21,7 @@ here). Every env step is 4 emulator frames. Median over iterations. Usage::
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import time
@@ -31,10 +35,12 @@ from jaxdqn.config import from_dict
 from jaxdqn.trainer import Trainer
 
 
-def pong_config(num_envs: int, steps: int):
+def pong_config(num_envs: int, steps: int, env: str | None = None):
     doc = documents.yaml_load(open("tests/data/rllib/pong-dqn.yaml").read())
     algo, config, _, _ = documents.document_to_spec(doc, "pong-dqn.yaml")
     config.update(num_envs_per_worker=num_envs, timesteps_per_iteration=steps, learning_starts=1000)
+    if env is not None:
+        config["env"] = env
     return from_dict(config, algo)
 
 
@@ -59,8 +65,8 @@ def ale_only(num_envs: int, steps: int, iterations: int) -> float:
     return steps * num_envs / statistics.median(times)
 
 
-def dqn(num_envs: int, steps: int, iterations: int) -> float:
-    trainer = Trainer(pong_config(num_envs, steps))
+def dqn(num_envs: int, steps: int, iterations: int, env: str | None = None) -> float:
+    trainer = Trainer(pong_config(num_envs, steps, env))
     trainer.train()  # warm-up and compile
     rates = [trainer.train()["num_env_steps_sampled_throughput_per_sec"] for _ in range(iterations)]
     return statistics.median(rates)
@@ -69,6 +75,10 @@ def dqn(num_envs: int, steps: int, iterations: int) -> float:
 def dqn_whole_stacks(num_envs: int, steps: int, iterations: int) -> float:
     with mock.patch.object(worker, "stores_frames_once", lambda spec: False):
         return dqn(num_envs, steps, iterations)
+
+
+def dqn_envpool(num_envs: int, steps: int, iterations: int) -> float:
+    return dqn(num_envs, steps, iterations, env="envpool:Pong-v5")
 
 
 def main() -> None:
@@ -83,8 +93,10 @@ def main() -> None:
     print("| row | games | env steps/s | frames/s |")
     print("|---|---|---|---|")
     for num_envs in args.envs:
-        for name, fn in (("ALE only", ale_only), ("DQN (pong-dqn.yaml)", dqn),
-                         ("DQN, whole stacks", dqn_whole_stacks)):
+        rows_of = [("ALE only", ale_only), ("DQN (pong-dqn.yaml)", dqn), ("DQN, whole stacks", dqn_whole_stacks)]
+        if importlib.util.find_spec("envpool") is not None:
+            rows_of.append(("DQN on EnvPool", dqn_envpool))
+        for name, fn in rows_of:
             rate = fn(num_envs, args.steps, args.iterations)
             rows.append({"row": name, "envs": num_envs, "env_steps_per_s": rate})
             print(f"| {name} | {num_envs} | {rate:,.0f} | {4 * rate:,.0f} |")

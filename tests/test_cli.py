@@ -2,9 +2,11 @@
 
 import csv
 import json
+import re
 import shutil
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -188,10 +190,14 @@ def test_bad_config_files_are_one_line_errors(tmp_path, capsys, text, message):
 
 def test_the_console_script_trains_end_to_end(tmp_path):
     out = tmp_path / "run"
+    started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "jaxdqn.cli", "train", "--seeds", "2", "--timesteps", "512",
                            "--out", str(out), *SMALL[:-1]], capture_output=True, text=True, timeout=300)
+    elapsed = time.perf_counter() - started
     assert done.returncode == 0, done.stderr[-2000:]
     assert "stopped: timesteps_total" in done.stdout and "checkpoint_000002" in done.stdout
+    compile_s = float(re.search(r"compile: ([0-9.]+) s", done.stdout).group(1))  # the summary's compile time
+    assert 0.0 < compile_s < elapsed
     assert "tuned example cartpole-v1-dqn.yaml" in done.stderr
     assert len(lines(out / "seed_1" / "result.json")) == 2
 

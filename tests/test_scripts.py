@@ -79,7 +79,10 @@ def test_bench_atari_runs_and_prints_its_rows():
     out = subprocess.run([sys.executable, "scripts/bench_atari.py", "--envs", "1", "--steps", "200", "--iterations", "1"],
                          cwd=ROOT, capture_output=True, text=True, timeout=900, check=True).stdout
     rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith(("| ALE", "| DQN"))]
-    assert rows == ["ALE only", "DQN (pong-dqn.yaml)", "DQN, whole stacks"], out
+    import importlib.util
+
+    envpool = ["DQN on EnvPool"] if importlib.util.find_spec("envpool") is not None else []
+    assert rows == ["ALE only", "DQN (pong-dqn.yaml)", "DQN, whole stacks"] + envpool, out
 
 
 def test_bench_prng_runs_and_prints_every_implementation():

@@ -10,7 +10,7 @@ from typing import Iterator
 
 from jaxdqn.cli.documents import Run, build_run, multi_process
 from jaxdqn.cli.folders import FolderLock, check_fresh, check_writable, clear
-from jaxdqn.cli.loop import StopSignal, checkpointing, default_folder, print_summary, run_loop, stop_of
+from jaxdqn.cli.loop import StopSignal, checkpointing, compile_seconds, default_folder, print_summary, run_loop, stop_of
 from jaxdqn.cli.sweeps import train_sweep
 from jaxdqn.cli.usage import UsageError, as_usage_errors
 
@@ -100,6 +100,7 @@ def train_in(args: argparse.Namespace, run: Run | None, run_dir: pathlib.Path, w
     from jaxdqn.trainer import Trainer
 
     every, keep, at_end = checkpoints
+    compiled_before = compile_seconds()
     if args.resume:
         resumed = checkpoint.resolve(args.resume)
         overrides = {"total_timesteps": args.timesteps} if args.timesteps is not None else {}
@@ -133,7 +134,7 @@ def train_in(args: argparse.Namespace, run: Run | None, run_dir: pathlib.Path, w
             logger.close()
     path = trainer.save(run_dir, keep=keep) if at_end else None
     results, reason = outcome[0]
-    print_summary(results, reason, path, quiet=quiet)
+    print_summary(results, reason, path, quiet=quiet, compile_s=compile_seconds() - compiled_before)
     return 0
 
 

@@ -172,7 +172,29 @@ def kept_checkpoint(run_dir: pathlib.Path) -> str:
     return f"the last checkpoint, {found[-1]}, holds the state before it" if found else "no checkpoint was saved"
 
 
-def print_summary(results: list[dict[str, Any]], reason: str, path: str | None, *, quiet: bool) -> None:
+# jax.monitoring's events of one compile: tracing to a jaxpr, lowering to MLIR, XLA's compile
+COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                  "/jax/core/compile/backend_compile_duration")
+_COMPILE_SECONDS = [0.0, False]  # seconds so far in this process; whether the listener is registered
+
+
+def compile_seconds() -> float:
+    """Seconds this process has spent compiling JAX programs since the first call (which
+    registers a ``jax.monitoring`` listener; a process has one)."""
+    import jax
+
+    if not _COMPILE_SECONDS[1]:
+        def listen(event: str, duration: float, **kwargs: Any) -> None:
+            if event in COMPILE_EVENTS:
+                _COMPILE_SECONDS[0] += duration
+
+        jax.monitoring.register_event_duration_secs_listener(listen)
+        _COMPILE_SECONDS[1] = True
+    return float(_COMPILE_SECONDS[0])
+
+
+def print_summary(results: list[dict[str, Any]], reason: str, path: str | None, *, quiet: bool,
+                  compile_s: float | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -187,4 +209,6 @@ def print_summary(results: list[dict[str, Any]], reason: str, path: str | None, 
                       f"{r['time_total_s']:.1f}")
     console = Console(quiet=quiet)
     console.print(table)
+    if compile_s is not None:
+        console.print(f"compile: {compile_s:.1f} s (tracing, lowering and XLA compiles of this run)")
     print(f"checkpoint: {path}" if path else "no final checkpoint (checkpoint_at_end: false)")
