@@ -14,29 +14,24 @@ Gymnasium's registry is Gymnasium's. So ``CartPole-v1`` is gymnax's CartPole and
 The envs: ``num_envs_per_worker`` per worker, ``num_workers`` workers; with ``num_workers=0``
 they step in the trainer's process (Gymnasium's ``SyncVectorEnv``), else each in a process of
 its own (``AsyncVectorEnv``: RLlib's workers hold ``num_envs_per_worker`` envs each; Gymnasium's
-processes hold one). The loop: one jitted ``explore`` call per step of every env, then one
-jitted ``advance`` (store and learn) per fragment (the schedule's replays, priority updates and
-target syncs in it: no Python per SGD step). The envs' state is not in checkpoints: after a
-resume they start new episodes, as RLlib's workers do, and the at most ``n_step - 1`` steps of
-each env that waited for their n-step return are dropped.
+processes hold one). ``jaxdqn.hostrun`` runs the plan's loop over them. The envs' state is not
+in checkpoints: after a resume they start new episodes, as RLlib's workers do, and the at most
+``n_step - 1`` steps of each env that waited for their n-step return are dropped.
 """
 
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import Any, Callable
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdqn import atari, envs, evaluation, metrics, parallel, rollout, worker
+from jaxdqn import atari, envs, rollout
+from jaxdqn.config import DQNConfig
 from jaxdqn.hostpool import ENVPOOL, PoolVector
-from jaxdqn.config import DEFAULT_POLICY, DQNConfig
 
 GYMNASIUM = "gymnasium:"
-MAX_EVALUATION_STEPS = 100_000  # an evaluation episode's cap, as evaluation.default_max_steps's
 ENV_CREATORS: dict[str, Callable[[dict[str, Any]], Any]] = {}  # register_env's names
 
 
@@ -139,10 +134,11 @@ class HostEnvs:
     (Discrete observations one-hot, Dict / Tuple ones flattened) and the episode accounting the
     plan's metrics take."""
 
-    def __init__(self, config: DQNConfig) -> None:
+    def __init__(self, config: DQNConfig, copies: int = 1) -> None:
+        """``copies`` x ``config.num_envs`` envs (a run's, or every vmapped seed's)."""
         gymnasium = _gymnasium()
         self.name = config.env
-        self.num_envs = config.num_envs
+        self.num_envs = config.num_envs * copies
         if config.env.startswith(ENVPOOL):  # one batch, stepped by EnvPool's own threads (num_workers of them)
             pool = self._call(lambda: PoolVector(config.env[len(ENVPOOL):], self.num_envs, config.num_workers,
                                                  config.seed, dict(config.env_params)), "creating it")
@@ -326,112 +322,4 @@ class HostEnvs:
         self.vector.close()
 
 
-def check_config(config: DQNConfig, num_seeds: int | None, trials: Any) -> None:
-    """What a host env does not run (yet): refused before anything compiles, naming the key."""
-    refusals = {
-        "num_seeds": (num_seeds is not None, "seeds of a host env are separate runs (one Trainer each)"),
-        "trials": (trials is not None, "a sweep's trials of a host env are separate runs"),
-        "num_devices": (config.num_devices not in (1, "auto"), "a host env's run is on one device"),
-        "model.use_lstm": (config.model.use_lstm, "recurrent policies on a host env are not supported yet"),
-        "multiagent": (config.multiagent is not None, "multi-agent host envs are not supported yet"),
-    }
-    for key, (refused, why) in refusals.items():
-        if refused:
-            raise ValueError(f"{key} is not supported with env={config.env!r}: {why}")
-
-
-def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn_on_batch: Any = None,
-                trials: Any = None) -> parallel.Runner:
-    """``parallel.make_runner``'s ``Runner`` for an env that steps on the host: ``init`` primes
-    the n-step look-ahead and runs the warm-up stores from the host envs, ``chunk`` runs the
-    fragments up to the next report."""
-    check_config(config, num_seeds, trials)
-    if config.num_devices == "auto":
-        config = config.replace(num_devices=1)
-    host = HostEnvs(config)
-    runner = parallel.make_runner(config, before_learn_on_batch=before_learn_on_batch, spec=host.spec)
-    plan, schedule = runner.plan, runner.plan.schedule
-    view = plan.worker.view or (lambda raw: raw)
-
-    def advance(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, count: Any) -> Any:
-        """One fragment's store and its replays (``count``; ``None``: the credit's), one call."""
-        state, items = plan.take(state, view(raw), episodes)
-        return plan.learn(state._replace(key=jax.random.split(state.key)[0]), items, count)[0]
-
-    advance = jax.jit(advance, donate_argnums=0, static_argnums=3)
-    explore = jax.jit(lambda params, sampled, obs, key, t: plan.explore(params, sampled, obs,
-                                                                        jax.random.fold_in(key, t)))
-    close = jax.jit(plan.close, donate_argnums=0)
-    primed = plan.worker.pending if plan.worker.primed else 0
-    counts = schedule.replay_counts(schedule.stores) if not schedule.credit else None
-
-    def fragment(state: Any, length: int) -> tuple[rollout.RawStep, rollout.Episodes]:
-        params = {pid: ls.params for pid, ls in state.learner.items()}
-        sampled, key = state.metrics.num_steps_sampled, state.key
-        return host.fragment(lambda obs, t: explore(params, sampled, obs, key, t), length)
-
-    record = jax.jit(lambda m, episodes: metrics.record_episodes(m, episodes, {}))
-
-    def prime(state: Any) -> Any:
-        """The n-step look-ahead: the first ``n - 1`` steps of every env, carried, not stored."""
-        if not primed:
-            return state
-        raw, episodes = fragment(state, primed)
-        m = record(state.metrics, episodes)
-        m = m._replace(num_steps_sampled=m.num_steps_sampled + jnp.int32(primed * config.num_envs))
-        actor = state.actor._replace(pending=view(jax.tree_util.tree_map(jnp.asarray, raw)))
-        return state._replace(actor=actor, metrics=m, key=jax.random.split(state.key)[0])
-
-    def store_round(state: Any, count: Any) -> Any:
-        """One fragment stored and learned from; after new episodes (a fresh or resumed run,
-        recreated workers) the look-ahead is primed first."""
-        while True:
-            try:
-                if host.fresh:
-                    state = prime(state)
-                return advance(state, *fragment(state, config.rollout_fragment_length), count)
-            except WorkersRecreated as e:
-                warnings.warn(f"{e}; its rollout workers were recreated (recreate_failed_workers) and the "
-                              "fragment they were in dropped", RuntimeWarning, stacklevel=2)
-
-    def init() -> Any:
-        state = runner.init()
-        for _ in range(schedule.warmup_stores):
-            state = store_round(state, 0)
-        return prime(state) if host.fresh else state
-
-    def chunk(state: Any) -> tuple[Any, dict[str, Any]]:
-        if host.fresh:  # a resumed state: new episodes, the look-ahead primed again
-            state = prime(state)
-        sampled, at_report = int(state.metrics.num_steps_sampled), int(state.metrics.sampled_at_report)
-        stores = schedule.chunk_stores(sampled, sampled - at_report)
-        phase = schedule.phase(sampled)
-        for i in range(stores):
-            state = store_round(state, None if counts is None else int(counts[(phase + i) % schedule.period]))
-        return close(state)
-
-    return runner._replace(init=init, chunk=chunk, evaluate=make_evaluate(config, plan))
-
-
-def make_evaluate(config: DQNConfig, plan: Any) -> Callable[..., evaluation.Evaluation]:
-    """``evaluate(params, key, eps=0.0) -> Evaluation``, the plan's evaluation for host envs:
-    ``evaluation_num_episodes`` envs of their own in this process (RLlib's local evaluation
-    worker), one episode each, greedy or (``evaluation_config.explore``) epsilon-greedy at
-    ``eps``; ``key`` seeds their resets and the acting. The envs are made at the first call."""
-    one = worker.evaluation_act(plan.worker.policies[DEFAULT_POLICY], explore=config.evaluation_config.explore)
-    act = jax.jit(lambda params, obs, eps, key, t: one(params[DEFAULT_POLICY], obs, eps,
-                                                       jax.random.fold_in(key, t), ())[0])
-    made: list[HostEnvs] = []
-
-    def evaluate(params: dict[str, Any], key: Any, eps: Any = 0.0) -> evaluation.Evaluation:
-        if not made:
-            made.append(HostEnvs(config.replace(num_workers=0, num_envs_per_worker=config.evaluation_num_episodes)))
-        seed = int(jax.random.bits(key, (), jnp.uint32) >> 1)
-        returns, lengths, finished = made[0].episodes(lambda obs, t: act(params, obs, eps, key, t),
-                                                      MAX_EVALUATION_STEPS, seed)
-        return evaluation.Evaluation(episode_return=returns, episode_length=lengths, finished=finished)
-
-    return evaluate
-
-
-__all__ = ["ENV_CREATORS", "GYMNASIUM", "HostEnvs", "WorkersRecreated", "check_config", "is_host_env", "make_runner", "register_env"]
+__all__ = ["ENV_CREATORS", "GYMNASIUM", "HostEnvs", "WorkersRecreated", "is_host_env", "make_one", "register_env"]

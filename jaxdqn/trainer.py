@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxdqn
-from jaxdqn import checkpoint, envs, exploration, hostenv, metrics, parallel, sweep
+from jaxdqn import checkpoint, envs, exploration, hostenv, hostrun, metrics, parallel, sweep
 from jaxdqn.config import DEFAULT_POLICY, DQNConfig, algo_of, classified, from_dict, to_dict
 from jaxdqn.errors import Diverged
 from jaxdqn.policy import BatchHook
@@ -101,7 +101,7 @@ class Trainer:
             trial_configs = [apply_overrides(config, t) for t in self.trials]
             config = trial_configs[0]
         self.trial_configs = trial_configs
-        make_runner = hostenv.make_runner if hostenv.is_host_env(config.env) else parallel.make_runner
+        make_runner = hostrun.make_runner if hostenv.is_host_env(config.env) else parallel.make_runner
         self.runner = make_runner(config, num_seeds, before_learn_on_batch=before_learn_on_batch, trials=trial_configs)
         check_memory(config, self.runner)
         self.layout = self.runner.layout

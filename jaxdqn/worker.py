@@ -159,10 +159,10 @@ def single_agent(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer
 
 def host_evaluation(env: str) -> Callable[..., evaluation.Evaluation]:
     """``evaluate`` of an env that steps on the host: not the plan's (its evaluation envs step
-    outside the compiled program too; the shell's ``jaxdqn.hostenv.make_evaluate`` plays them)."""
+    outside the compiled program too; the shell's ``jaxdqn.hostrun.make_evaluate`` plays them)."""
     def evaluate(*args: Any, **kwargs: Any) -> evaluation.Evaluation:
         raise ValueError(f"env={env!r} steps on the host: the compiled plan cannot evaluate it; "
-                         "jaxdqn.hostenv.make_evaluate (the Trainer's evaluate) does")
+                         "jaxdqn.hostrun.make_evaluate (the Trainer's evaluate) does")
     return evaluate
 
 

@@ -49,7 +49,9 @@ def ale_only(num_envs: int, steps: int, iterations: int) -> float:
 
     def run(state, key):
         def body(state, key):
-            out, state = envs.step(spec, None, state, jax.random.randint(key, (num_envs,), 0, spec.num_actions))
+            act_key, step_key = jax.random.split(key)  # the step's keys draw the no-op starts after a reset
+            action = jax.random.randint(act_key, (num_envs,), 0, spec.num_actions)
+            out, state = envs.step(spec, jax.random.split(step_key, num_envs), state, action)
             return state, out.reward
 
         return jax.lax.scan(body, state, jax.random.split(key, steps))

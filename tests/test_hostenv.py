@@ -103,36 +103,70 @@ def test_an_exploring_evaluation_acts_at_the_runs_epsilon():
     assert len(set(ev["hist_stats"]["episode_reward"])) == 2  # some reached the end, some were cut
 
 
-@pytest.mark.parametrize("n_step", [1, 3])
-def test_stored_transitions_are_the_envs_steps_with_n_step_returns(n_step):
+def n_step_transitions(steps, n_step, gamma):
+    """A plain reference: one env's logged steps -> its n-step transitions (cell, action,
+    return of up to n rewards, gamma^k or 0 after a termination, cell n steps on)."""
+    out = []
+    for t in range(len(steps) - (n_step - 1)):  # the last n - 1 steps still wait for successors
+        ret, scale, k = 0.0, 1.0, t
+        while True:
+            _, _, reward, terminated, truncated, _ = steps[k]
+            ret += scale * reward
+            scale = 0.0 if terminated else scale * gamma
+            if terminated or truncated or k - t + 1 == n_step:
+                break
+            k += 1
+        out.append((steps[t][0], steps[t][1], round(ret, 5), round(scale, 5), steps[k][5]))
+    return out
+
+
+@pytest.mark.parametrize("n_step, seeds", [(1, None), (3, None), (3, 3)])
+def test_stored_transitions_are_the_envs_steps_with_n_step_returns(n_step, seeds):
     """Every env step the corridor logged becomes one stored n-step transition (one-hot cells,
-    the return of up to n rewards, gamma^k, 0 after a termination) once its n steps are known."""
-    log = []
+    the return of up to n rewards, gamma^k, 0 after a termination) once its n steps are known.
+    With vmapped seeds, seed k stores the steps of its own envs (the k-th block of
+    num_envs_per_worker of the vector env) and no other's."""
+    log, made = [], []
     gamma = 0.9
-    jaxdqn.register_env("corridor-logged", lambda config: Corridor({**config, "log": log}))
+
+    def creator(config):
+        made.append(Corridor({**config, "log": log}))
+        return made[-1]
+
+    jaxdqn.register_env("corridor-logged", creator)
     trainer = Trainer(corridor_config(env="corridor-logged", n_step=n_step, learning_starts=0,
-                                      timesteps_per_iteration=64, gamma=gamma))
+                                      timesteps_per_iteration=64, gamma=gamma), num_seeds=seeds)
     trainer.train()
-    buffer = trainer.state.buffer["default_policy"]
-    size = int(buffer.storage.size)
-    stored = jax.tree_util.tree_map(lambda x: np.asarray(x[:size]), buffer.storage.storage)
-    got = sorted(zip(stored.obs.argmax(1).tolist(), stored.action.tolist(), np.round(stored.reward.astype(float), 5).tolist(),
-                     np.round(stored.discount.astype(float), 5).tolist(), stored.next_obs.argmax(1).tolist()))
-    expected = []
-    for env_id in {entry[0] for entry in log}:
-        steps = [e[1:] for e in log if e[0] == env_id]
-        for t in range(len(steps) - (n_step - 1)):  # the last n - 1 steps still wait for successors
-            ret, scale, k = 0.0, 1.0, t
-            while True:
-                _, _, reward, terminated, truncated, _ = steps[k]
-                ret += scale * reward
-                scale = 0.0 if terminated else scale * gamma
-                if terminated or truncated or k - t + 1 == n_step:
-                    break
-                k += 1
-            expected.append((steps[t][0], steps[t][1], round(ret, 5), round(scale, 5), steps[k][5]))
-    assert size == 64 and got == sorted(expected)
+    stepping = [id(env) for env in made[1:]]  # made[0] is the probe that reads the spaces
+    envs_per_seed = 2
+    for k in range(seeds or 1):
+        buffer = trainer.state.buffer["default_policy"]
+        if seeds is not None:
+            buffer = jax.tree_util.tree_map(lambda x: x[k], buffer)
+        size = int(buffer.storage.size)
+        stored = jax.tree_util.tree_map(lambda x: np.asarray(x[:size]), buffer.storage.storage)
+        got = sorted(zip(stored.obs.argmax(1).tolist(), stored.action.tolist(),
+                         np.round(stored.reward.astype(float), 5).tolist(),
+                         np.round(stored.discount.astype(float), 5).tolist(), stored.next_obs.argmax(1).tolist()))
+        expected = []
+        for env_id in stepping[k * envs_per_seed:(k + 1) * envs_per_seed]:
+            expected += n_step_transitions([e[1:] for e in log if e[0] == env_id], n_step, gamma)
+        assert size == 64 and got == sorted(expected), k
     hostenv.ENV_CREATORS.pop("corridor-logged")
+
+
+def test_vmapped_seeds_each_learn_and_are_evaluated():
+    """num_seeds=3 on a host env: 3 x num_envs_per_worker envs, one vmapped learner; each seed's
+    greedy policy walks right and its evaluation episodes take the corridor's 4 steps."""
+    trainer = Trainer(corridor_config(evaluation_interval=20, evaluation_num_episodes=2, total_timesteps=4000),
+                      num_seeds=3)
+    results = [trainer.train() for _ in range(20)]
+    assert [r["timesteps_total"] for r in results[-1]] == [4000] * 3
+    for k in range(3):
+        greedy = [trainer.compute_single_action(np.eye(5, dtype=np.float32)[c], explore=False, seed=k) for c in range(4)]
+        assert greedy == [1, 1, 1, 1], k
+        assert results[-1][k]["evaluation"]["hist_stats"]["episode_reward"] == [1.0, 1.0], k
+        assert results[-1][k]["evaluation"]["episode_len_mean"] == 4.0, k
 
 
 def test_results_come_at_rllibs_report_points_with_workers_in_processes():
@@ -222,11 +256,11 @@ def test_a_dead_worker_process_is_recreated_or_stops_the_run_with_its_error(tmp_
 
 
 @pytest.mark.parametrize("changes, key", [
-    (dict(num_seeds=2), "num_seeds"), (dict(model=ModelConfig(use_lstm=True)), "model.use_lstm")])
+    (dict(trials=[{"lr": 1e-3}]), "trials"), (dict(model=ModelConfig(use_lstm=True)), "model.use_lstm")])
 def test_what_a_host_env_does_not_run_yet_is_refused_naming_the_key(changes, key):
-    seeds = changes.pop("num_seeds", None)
+    trials = changes.pop("trials", None)
     with pytest.raises(ValueError, match=f"^{key} is not supported with env='corridor'"):
-        Trainer(corridor_config(**changes), num_seeds=seeds)
+        Trainer(corridor_config(**changes), trials=trials)
 
 
 def test_a_resumed_run_continues_on_new_episodes(tmp_path):

@@ -1,0 +1,172 @@
+"""The plan's loop for envs that step on the host (shell layer): ``make_runner`` gives
+``parallel.make_runner``'s ``Runner`` whose ``init`` and ``chunk`` step ``jaxdqn.hostenv``'s
+envs, and whose ``evaluate`` plays evaluation envs of its own.
+
+Per fragment: one jitted ``explore`` call per step of every env (the acting; with seeds, every
+seed's envs in one call), then one jitted ``advance`` (the fragment's store, its replays,
+priority updates and target syncs: no Python per SGD step). With ``num_seeds=S`` the state is
+the one-device layout's ``[S, ...]`` (seed ``k`` of ``S`` starts from
+``jax.random.split(key(seed), S)[k]``, as for a JAX env) and ``S x num_envs`` envs step as one
+vector env: seed ``k`` acts in and learns from envs ``k * num_envs ... (k + 1) * num_envs - 1``
+(reset with Gymnasium's seeds ``seed + k * num_envs + j``). All seeds step in lockstep, so their
+reports come at the same points.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdqn import evaluation, metrics, parallel, rollout, worker
+from jaxdqn.config import DEFAULT_POLICY, DQNConfig
+from jaxdqn.hostenv import HostEnvs, WorkersRecreated
+
+MAX_EVALUATION_STEPS = 100_000  # an evaluation episode's cap, as evaluation.default_max_steps's
+
+
+def check_config(config: DQNConfig, trials: Any) -> None:
+    """What a host env does not run (yet): refused before anything compiles, naming the key."""
+    refusals = {
+        "trials": (trials is not None, "a sweep's trials of a host env are separate runs"),
+        "num_devices": (config.num_devices not in (1, "auto"), "a host env's run is on one device"),
+        "model.use_lstm": (config.model.use_lstm, "recurrent policies on a host env are not supported yet"),
+        "multiagent": (config.multiagent is not None, "multi-agent host envs are not supported yet"),
+    }
+    for key, (refused, why) in refusals.items():
+        if refused:
+            raise ValueError(f"{key} is not supported with env={config.env!r}: {why}")
+
+
+def per_seed(fn: Callable[..., Any], seeds: int | None, **kwargs: Any) -> Callable[..., Any]:
+    """``fn`` over the seeds' axis (``jax.vmap``; as is for one run), jitted."""
+    return jax.jit(fn if seeds is None else jax.vmap(fn), **kwargs)
+
+
+def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn_on_batch: Any = None,
+                trials: Any = None) -> parallel.Runner:
+    """``parallel.make_runner``'s ``Runner`` for an env that steps on the host: ``init`` primes
+    the n-step look-ahead and runs the warm-up stores from the host envs, ``chunk`` runs the
+    fragments up to the next report (the module docstring)."""
+    check_config(config, trials)
+    if config.num_devices == "auto":
+        config = config.replace(num_devices=1)
+    copies, num_envs = num_seeds or 1, config.num_envs
+    host = HostEnvs(config, copies=copies)
+    runner = parallel.make_runner(config, num_seeds, before_learn_on_batch=before_learn_on_batch, spec=host.spec)
+    plan, schedule = runner.plan, runner.plan.schedule
+    view = plan.worker.view or (lambda raw: raw)
+
+    def runs(x: Any) -> Any:
+        """``[F, S * E, ...]`` -> ``[S, F, E, ...]`` (one run's ``[F, E, ...]`` without seeds)."""
+        if num_seeds is None:
+            return x
+        return jnp.swapaxes(x.reshape((x.shape[0], copies, num_envs) + x.shape[2:]), 0, 1)
+
+    def advance_one(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, count: Any) -> Any:
+        """One fragment's store and its replays (``count``; ``None``: the credit's)."""
+        state, items = plan.take(state, view(raw), episodes)
+        return plan.learn(state._replace(key=jax.random.split(state.key)[0]), items, count)[0]
+
+    def advance(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, count: Any) -> Any:
+        one = lambda s, r, e: advance_one(s, r, e, count)  # noqa: E731
+        step = one if num_seeds is None else jax.vmap(one)
+        return step(state, *jax.tree_util.tree_map(runs, (raw, episodes)))
+
+    advance = jax.jit(advance, donate_argnums=0, static_argnums=3)
+
+    def explore_one(params: Any, sampled: Any, obs: Any, key: Any, t: Any) -> Any:
+        return plan.explore(params, sampled, obs, jax.random.fold_in(key, t))
+
+    if num_seeds is None:
+        explore = jax.jit(explore_one)
+    else:  # obs [S * E, ...] -> every seed's [E, ...]; actions back as [S * E]
+        explore = jax.jit(lambda params, sampled, obs, key, t: jax.vmap(explore_one, (0, 0, 0, 0, None))(
+            params, sampled, obs.reshape((copies, num_envs) + obs.shape[1:]), key, t).reshape(-1))
+    close = per_seed(plan.close, num_seeds, donate_argnums=0)
+    record = per_seed(lambda m, episodes: metrics.record_episodes(m, episodes, {}), num_seeds)
+    primed = plan.worker.pending if plan.worker.primed else 0
+    counts = schedule.replay_counts(schedule.stores) if not schedule.credit else None
+    new_key = per_seed(lambda key: jax.random.split(key)[0], num_seeds)
+
+    def fragment(state: Any, length: int) -> tuple[rollout.RawStep, rollout.Episodes]:
+        params = {pid: ls.params for pid, ls in state.learner.items()}
+        sampled, key = state.metrics.num_steps_sampled, state.key
+        return host.fragment(lambda obs, t: explore(params, sampled, obs, key, t), length)
+
+    def prime(state: Any) -> Any:
+        """The n-step look-ahead: the first ``n - 1`` steps of every env, carried, not stored."""
+        if not primed:
+            return state
+        raw, episodes = jax.tree_util.tree_map(runs, fragment(state, primed))
+        m = record(state.metrics, episodes)
+        m = m._replace(num_steps_sampled=m.num_steps_sampled + jnp.int32(primed * num_envs))
+        actor = state.actor._replace(pending=per_seed(view, num_seeds)(raw))
+        return state._replace(actor=actor, metrics=m, key=new_key(state.key))
+
+    def store_round(state: Any, count: Any) -> Any:
+        """One fragment stored and learned from; after new episodes (a fresh or resumed run,
+        recreated workers) the look-ahead is primed first."""
+        while True:
+            try:
+                if host.fresh:
+                    state = prime(state)
+                return advance(state, *fragment(state, config.rollout_fragment_length), count)
+            except WorkersRecreated as e:
+                warnings.warn(f"{e}; its rollout workers were recreated (recreate_failed_workers) and the "
+                              "fragment they were in dropped", RuntimeWarning, stacklevel=2)
+
+    def init() -> Any:
+        state = runner.init()
+        for _ in range(schedule.warmup_stores):
+            state = store_round(state, 0)
+        return prime(state) if host.fresh else state
+
+    def chunk(state: Any) -> tuple[Any, dict[str, Any]]:
+        if host.fresh:  # a resumed state: new episodes, the look-ahead primed again
+            state = prime(state)
+        counters = np.asarray(jax.device_get((state.metrics.num_steps_sampled, state.metrics.sampled_at_report)))
+        sampled, at_report = (int(np.ravel(c)[0]) for c in counters)  # the seeds step in lockstep
+        stores = schedule.chunk_stores(sampled, sampled - at_report)
+        phase = schedule.phase(sampled)
+        for i in range(stores):
+            state = store_round(state, None if counts is None else int(counts[(phase + i) % schedule.period]))
+        return close(state)
+
+    return runner._replace(init=init, chunk=chunk, evaluate=make_evaluate(config, plan, num_seeds))
+
+
+def make_evaluate(config: DQNConfig, plan: Any, num_seeds: int | None = None) -> Callable[..., evaluation.Evaluation]:
+    """``evaluate(params, key, eps=0.0) -> Evaluation``, the plan's evaluation for host envs:
+    ``evaluation_num_episodes`` envs of their own in this process (RLlib's local evaluation
+    worker), one episode each, greedy or (``evaluation_config.explore``) epsilon-greedy at
+    ``eps``; ``key`` seeds their resets and the acting. With seeds every argument has the seeds'
+    axis and each seed plays its episodes in turn (leaves ``[S, N]``). The envs are made at the
+    first call."""
+    one = worker.evaluation_act(plan.worker.policies[DEFAULT_POLICY], explore=config.evaluation_config.explore)
+    act = jax.jit(lambda params, obs, eps, key, t: one(params[DEFAULT_POLICY], obs, eps,
+                                                       jax.random.fold_in(key, t), ())[0])
+    made: list[HostEnvs] = []
+
+    def evaluate_one(params: dict[str, Any], key: Any, eps: Any) -> evaluation.Evaluation:
+        if not made:
+            made.append(HostEnvs(config.replace(num_workers=0, num_envs_per_worker=config.evaluation_num_episodes)))
+        seed = int(jax.random.bits(key, (), jnp.uint32) >> 1)
+        returns, lengths, finished = made[0].episodes(lambda obs, t: act(params, obs, eps, key, t),
+                                                      MAX_EVALUATION_STEPS, seed)
+        return evaluation.Evaluation(episode_return=returns, episode_length=lengths, finished=finished)
+
+    def evaluate(params: dict[str, Any], key: Any, eps: Any = 0.0) -> evaluation.Evaluation:
+        if num_seeds is None:
+            return evaluate_one(params, key, eps)
+        eps = jnp.broadcast_to(jnp.asarray(eps), (num_seeds,))
+        each = [evaluate_one(jax.tree_util.tree_map(lambda x: x[k], params), key[k], eps[k]) for k in range(num_seeds)]
+        return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *each)
+
+    return evaluate
+
+
+__all__ = ["MAX_EVALUATION_STEPS", "check_config", "make_evaluate", "make_runner"]
