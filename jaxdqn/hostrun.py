@@ -4,12 +4,12 @@ envs, and whose ``evaluate`` plays evaluation envs of its own.
 
 Per fragment: one jitted ``explore`` call per step of every env (the acting; with seeds, every
 seed's envs in one call), then one jitted ``advance`` (the fragment's store, its replays,
-priority updates and target syncs: no Python per SGD step). With ``num_seeds=S`` the state is
-the one-device layout's ``[S, ...]`` (seed ``k`` of ``S`` starts from
-``jax.random.split(key(seed), S)[k]``, as for a JAX env) and ``S x num_envs`` envs step as one
-vector env: seed ``k`` acts in and learns from envs ``k * num_envs ... (k + 1) * num_envs - 1``
-(reset with Gymnasium's seeds ``seed + k * num_envs + j``). All seeds step in lockstep, so their
-reports come at the same points.
+priority updates and target syncs: no Python per SGD step). With ``R`` vmapped runs (``num_seeds``,
+or a sweep's trials x seeds) the state is the one-device layout's ``[R, ...]`` (run ``k`` starts
+from the key a JAX env's run ``k`` would, and learns with its trial's values) and ``R x num_envs``
+envs step as one vector env: run ``k`` acts in and learns from envs ``k * num_envs ... (k + 1) *
+num_envs - 1`` (reset with Gymnasium's seeds ``seed + k * num_envs + j``). All runs step in
+lockstep, so their reports come at the same points.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdqn import evaluation, metrics, parallel, rollout, worker
+from jaxdqn import evaluation, metrics, parallel, rollout, sweep, worker
 from jaxdqn.config import DEFAULT_POLICY, DQNConfig
 from jaxdqn.hostenv import HostEnvs, WorkersRecreated
 
@@ -31,7 +31,6 @@ MAX_EVALUATION_STEPS = 100_000  # an evaluation episode's cap, as evaluation.def
 def check_config(config: DQNConfig, trials: Any) -> None:
     """What a host env does not run (yet): refused before anything compiles, naming the key."""
     refusals = {
-        "trials": (trials is not None, "a sweep's trials of a host env are separate runs"),
         "num_devices": (config.num_devices not in (1, "auto"), "a host env's run is on one device"),
         "model.use_lstm": (config.model.use_lstm, "recurrent policies on a host env are not supported yet"),
         "multiagent": (config.multiagent is not None, "multi-agent host envs are not supported yet"),
@@ -42,7 +41,7 @@ def check_config(config: DQNConfig, trials: Any) -> None:
 
 
 def per_seed(fn: Callable[..., Any], seeds: int | None, **kwargs: Any) -> Callable[..., Any]:
-    """``fn`` over the seeds' axis (``jax.vmap``; as is for one run), jitted."""
+    """``fn`` over the runs' axis (``jax.vmap``; as is for one run), jitted."""
     return jax.jit(fn if seeds is None else jax.vmap(fn), **kwargs)
 
 
@@ -54,43 +53,52 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
     check_config(config, trials)
     if config.num_devices == "auto":
         config = config.replace(num_devices=1)
-    copies, num_envs = num_seeds or 1, config.num_envs
+    num_runs = num_seeds if trials is None else len(trials) * (num_seeds or 1)  # vmapped: seeds, trials x seeds
+    copies, num_envs = num_runs or 1, config.num_envs
     host = HostEnvs(config, copies=copies)
-    runner = parallel.make_runner(config, num_seeds, before_learn_on_batch=before_learn_on_batch, spec=host.spec)
+    runner = parallel.make_runner(config, num_seeds, before_learn_on_batch=before_learn_on_batch, trials=trials,
+                                  spec=host.spec)
     plan, schedule = runner.plan, runner.plan.schedule
     view = plan.worker.view or (lambda raw: raw)
+    values = {k: jnp.asarray(v) for k, v in runner.trial_values.items()}  # a sweep's traced keys, [R] each
+
+    def plan_of(v: dict[str, Any]) -> Any:
+        """The plan of one run: a sweep's trial's values in place of the config's."""
+        return plan if not v else parallel.make_plan(config, before_learn_on_batch=before_learn_on_batch,
+                                            hyper=sweep.hyperparams(config, v), spec=host.spec)
 
     def runs(x: Any) -> Any:
-        """``[F, S * E, ...]`` -> ``[S, F, E, ...]`` (one run's ``[F, E, ...]`` without seeds)."""
-        if num_seeds is None:
+        """``[F, R * E, ...]`` -> ``[R, F, E, ...]`` (one run's ``[F, E, ...]`` as is)."""
+        if num_runs is None:
             return x
         return jnp.swapaxes(x.reshape((x.shape[0], copies, num_envs) + x.shape[2:]), 0, 1)
 
-    def advance_one(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, count: Any) -> Any:
+    def advance_one(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, v: Any, count: Any) -> Any:
         """One fragment's store and its replays (``count``; ``None``: the credit's)."""
-        state, items = plan.take(state, view(raw), episodes)
-        return plan.learn(state._replace(key=jax.random.split(state.key)[0]), items, count)[0]
+        one = plan_of(v)
+        state, items = one.take(state, view(raw), episodes)
+        return one.learn(state._replace(key=jax.random.split(state.key)[0]), items, count)[0]
 
     def advance(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, count: Any) -> Any:
-        one = lambda s, r, e: advance_one(s, r, e, count)  # noqa: E731
-        step = one if num_seeds is None else jax.vmap(one)
-        return step(state, *jax.tree_util.tree_map(runs, (raw, episodes)))
+        one = lambda s, r, e, v: advance_one(s, r, e, v, count)  # noqa: E731
+        step = one if num_runs is None else jax.vmap(one)
+        return step(state, *jax.tree_util.tree_map(runs, (raw, episodes)), values)
 
     advance = jax.jit(advance, donate_argnums=0, static_argnums=3)
 
-    def explore_one(params: Any, sampled: Any, obs: Any, key: Any, t: Any) -> Any:
-        return plan.explore(params, sampled, obs, jax.random.fold_in(key, t))
+    def explore_one(params: Any, sampled: Any, obs: Any, key: Any, v: Any, t: Any) -> Any:
+        return plan_of(v).explore(params, sampled, obs, jax.random.fold_in(key, t))
 
-    if num_seeds is None:
-        explore = jax.jit(explore_one)
-    else:  # obs [S * E, ...] -> every seed's [E, ...]; actions back as [S * E]
-        explore = jax.jit(lambda params, sampled, obs, key, t: jax.vmap(explore_one, (0, 0, 0, 0, None))(
-            params, sampled, obs.reshape((copies, num_envs) + obs.shape[1:]), key, t).reshape(-1))
-    close = per_seed(plan.close, num_seeds, donate_argnums=0)
-    record = per_seed(lambda m, episodes: metrics.record_episodes(m, episodes, {}), num_seeds)
+    if num_runs is None:
+        explore = jax.jit(lambda params, sampled, obs, key, t: explore_one(params, sampled, obs, key, values, t))
+    else:  # obs [R * E, ...] -> every run's [E, ...]; actions back as [R * E]
+        explore = jax.jit(lambda params, sampled, obs, key, t: jax.vmap(explore_one, (0, 0, 0, 0, 0, None))(
+            params, sampled, obs.reshape((copies, num_envs) + obs.shape[1:]), key, values, t).reshape(-1))
+    close = per_seed(plan.close, num_runs, donate_argnums=0)
+    record = per_seed(lambda m, episodes: metrics.record_episodes(m, episodes, {}), num_runs)
     primed = plan.worker.pending if plan.worker.primed else 0
     counts = schedule.replay_counts(schedule.stores) if not schedule.credit else None
-    new_key = per_seed(lambda key: jax.random.split(key)[0], num_seeds)
+    new_key = per_seed(lambda key: jax.random.split(key)[0], num_runs)
 
     def fragment(state: Any, length: int) -> tuple[rollout.RawStep, rollout.Episodes]:
         params = {pid: ls.params for pid, ls in state.learner.items()}
@@ -104,7 +112,7 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
         raw, episodes = jax.tree_util.tree_map(runs, fragment(state, primed))
         m = record(state.metrics, episodes)
         m = m._replace(num_steps_sampled=m.num_steps_sampled + jnp.int32(primed * num_envs))
-        actor = state.actor._replace(pending=per_seed(view, num_seeds)(raw))
+        actor = state.actor._replace(pending=per_seed(view, num_runs)(raw))
         return state._replace(actor=actor, metrics=m, key=new_key(state.key))
 
     def store_round(state: Any, count: Any) -> Any:
@@ -129,14 +137,14 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
         if host.fresh:  # a resumed state: new episodes, the look-ahead primed again
             state = prime(state)
         counters = np.asarray(jax.device_get((state.metrics.num_steps_sampled, state.metrics.sampled_at_report)))
-        sampled, at_report = (int(np.ravel(c)[0]) for c in counters)  # the seeds step in lockstep
+        sampled, at_report = (int(np.ravel(c)[0]) for c in counters)  # the runs step in lockstep
         stores = schedule.chunk_stores(sampled, sampled - at_report)
         phase = schedule.phase(sampled)
         for i in range(stores):
             state = store_round(state, None if counts is None else int(counts[(phase + i) % schedule.period]))
         return close(state)
 
-    return runner._replace(init=init, chunk=chunk, evaluate=make_evaluate(config, plan, num_seeds))
+    return runner._replace(init=init, chunk=chunk, evaluate=make_evaluate(config, plan, num_runs))
 
 
 def make_evaluate(config: DQNConfig, plan: Any, num_seeds: int | None = None) -> Callable[..., evaluation.Evaluation]:

@@ -251,7 +251,8 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
         plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, spec=spec)
     if values:  # a sweep: the plan of each run's trial, built from its traced values
         def traced(v: dict[str, Any]) -> "Plan":
-            return make_plan(config, before_learn_on_batch=before_learn_on_batch, hyper=sweep.hyperparams(config, v))
+            return make_plan(config, before_learn_on_batch=before_learn_on_batch, hyper=sweep.hyperparams(config, v),
+                             spec=spec)
 
         init_one = lambda key, v: traced(v).init(key)  # noqa: E731
         chunk_one = lambda state, v: traced(v).chunk(state)  # noqa: E731

@@ -256,11 +256,10 @@ def test_a_dead_worker_process_is_recreated_or_stops_the_run_with_its_error(tmp_
 
 
 @pytest.mark.parametrize("changes, key", [
-    (dict(trials=[{"lr": 1e-3}]), "trials"), (dict(model=ModelConfig(use_lstm=True)), "model.use_lstm")])
+    (dict(num_devices=2), "num_devices"), (dict(model=ModelConfig(use_lstm=True)), "model.use_lstm")])
 def test_what_a_host_env_does_not_run_yet_is_refused_naming_the_key(changes, key):
-    trials = changes.pop("trials", None)
     with pytest.raises(ValueError, match=f"^{key} is not supported with env='corridor'"):
-        Trainer(corridor_config(**changes), trials=trials)
+        Trainer(corridor_config(**changes))
 
 
 def test_a_resumed_run_continues_on_new_episodes(tmp_path):
@@ -371,3 +370,19 @@ def test_a_dict_observation_is_flattened_without_its_text():
     assert stop["episode_reward_mean"] == 0.9
     result = Trainer(config.replace(learning_starts=64, buffer_size=1000, timesteps_per_iteration=128)).train()
     assert result["timesteps_total"] == 8 + 128  # 2 primed steps (n_step 3) of 4 envs, then 8 stores of 16
+
+
+def test_a_sweep_of_a_host_env_is_one_program_with_each_trials_values():
+    """trials x seeds on a host env: 2 x 2 runs, each on its own block of envs; each run's
+    learner steps at its trial's lr (the learner's cur_lr), and the trial that can learn does."""
+    trainer = Trainer(corridor_config(), num_seeds=2, trials=[{"lr": 5e-3}, {"lr": 1e-4}])
+    results = [trainer.train() for _ in range(15)]
+    for t, lr in enumerate((5e-3, 1e-4)):
+        for k in range(2):
+            stats = results[-1][t][k]["info"]["learner"]["default_policy"]["learner_stats"]
+            assert stats["cur_lr"] == pytest.approx(lr), (t, k)
+            assert results[-1][t][k]["config"] == {"lr": lr}
+    for k in range(2):
+        greedy = [trainer.compute_single_action(np.eye(5, dtype=np.float32)[c], explore=False, seed=k, trial=0)
+                  for c in range(4)]
+        assert greedy == [1, 1, 1, 1], k
