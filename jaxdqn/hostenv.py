@@ -231,6 +231,7 @@ class HostEnvs:
         self._finite(self.obs, "observation", "reset")
         self.returns = np.zeros(self.num_envs, np.float32)
         self.lengths = np.zeros(self.num_envs, np.int32)
+        self.first = np.ones(self.num_envs, bool)  # every env at an episode's first observation
         self.fresh = True
 
     def _array(self, batch: Any, where: str) -> np.ndarray:
@@ -259,11 +260,12 @@ class HostEnvs:
         if block.dtype != np.uint8 and not np.isfinite(block).all():
             raise ValueError(f"env={self.name!r} returned a non-finite {what} in {where}")
 
-    def fragment(self, act: Callable[[np.ndarray, int], Any], length: int
+    def fragment(self, act: Callable[[np.ndarray, int, np.ndarray], Any], length: int
                  ) -> tuple[rollout.RawStep, rollout.Episodes]:
-        """``length`` steps of every env, acting with ``act(obs [E, *obs], t)``: the raw steps
-        and the episodes that ended, leaves ``[length, E]`` (numpy). Written into blocks made
-        once per fragment, and checked (finite observations and rewards) once per block."""
+        """``length`` steps of every env, acting with ``act(obs [E, *obs], t, first [E])``
+        (``first``: the observation begins an episode): the raw steps and the episodes that
+        ended, leaves ``[length, E]`` (numpy). Written into blocks made once per fragment, and
+        checked (finite observations and rewards) once per block."""
         shape, obs_shape = (length, self.num_envs), (length, self.num_envs) + self.obs_shape
         obs_block, next_block = np.empty(obs_shape, self.obs_dtype), np.empty(obs_shape, self.obs_dtype)
         action, reward = np.empty(shape, np.int32), np.empty(shape, np.float32)
@@ -271,7 +273,7 @@ class HostEnvs:
         returns, lengths = np.empty(shape, np.float32), np.empty(shape, np.int32)
         ended = np.empty(shape, bool)  # the scored episodes' ends (an Atari game, not a life)
         for t in range(length):
-            action[t] = act(self.obs, t)
+            action[t] = act(self.obs, t, self.first)
             obs, reward[t], terminated[t], truncated[t], info = self._step(action[t])
             obs_block[t] = self.obs
             self.obs = next_block[t] = self._array(obs, "step")
@@ -283,7 +285,7 @@ class HostEnvs:
             self.lengths += 1
             returns[t], lengths[t] = self.returns, self.lengths
             done = info.get("episode_end", terminated[t] | truncated[t])
-            ended[t] = done
+            ended[t] = self.first = done
             self.returns[done], self.lengths[done] = 0.0, 0
         self._finite(reward, "reward")
         self._finite(next_block, "observation")

@@ -3,7 +3,8 @@
 envs, and whose ``evaluate`` plays evaluation envs of its own.
 
 Per fragment: one jitted ``explore`` call per step of every env (the acting; with seeds, every
-seed's envs in one call), then one jitted ``advance`` (the fragment's store, its replays,
+seed's envs in one call; a recurrent policy's memory stays on the device from call to call,
+reset where an episode begins), then one jitted ``advance`` (the fragment's store, its replays,
 priority updates and target syncs: no Python per SGD step). With ``R`` vmapped runs (``num_seeds``,
 or a sweep's trials x seeds) the state is the one-device layout's ``[R, ...]`` (run ``k`` starts
 from the key a JAX env's run ``k`` would, and learns with its trial's values) and ``R x num_envs``
@@ -32,7 +33,6 @@ def check_config(config: DQNConfig, trials: Any) -> None:
     """What a host env does not run (yet): refused before anything compiles, naming the key."""
     refusals = {
         "num_devices": (config.num_devices not in (1, "auto"), "a host env's run is on one device"),
-        "model.use_lstm": (config.model.use_lstm, "recurrent policies on a host env are not supported yet"),
         "multiagent": (config.multiagent is not None, "multi-agent host envs are not supported yet"),
     }
     for key, (refused, why) in refusals.items():
@@ -73,43 +73,73 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
             return x
         return jnp.swapaxes(x.reshape((x.shape[0], copies, num_envs) + x.shape[2:]), 0, 1)
 
-    def advance_one(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, v: Any, count: Any) -> Any:
-        """One fragment's store and its replays (``count``; ``None``: the credit's)."""
+    def flat(x: Any) -> Any:  # [R, E, ...] -> [R * E, ...], the host's layout of the envs
+        return x if num_runs is None else x.reshape((copies * num_envs,) + x.shape[2:])
+
+    def blocks(x: Any) -> Any:  # [R * E, ...] -> [R, E, ...]
+        return x if num_runs is None else x.reshape((copies, num_envs) + x.shape[1:])
+
+    def advance_one(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, v: Any, memory: Any,
+                    count: Any) -> Any:
+        """One fragment's store and its replays (``count``; ``None``: the credit's); a recurrent
+        actor's ``memory`` after the fragment."""
         one = plan_of(v)
+        state = state._replace(actor=state.actor._replace(memory=memory))
         state, items = one.take(state, view(raw), episodes)
         return one.learn(state._replace(key=jax.random.split(state.key)[0]), items, count)[0]
 
-    def advance(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, count: Any) -> Any:
-        one = lambda s, r, e, v: advance_one(s, r, e, v, count)  # noqa: E731
+    def advance(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, memory: Any, count: Any) -> Any:
+        one = lambda s, r, e, v, m: advance_one(s, r, e, v, m, count)  # noqa: E731
         step = one if num_runs is None else jax.vmap(one)
-        return step(state, *jax.tree_util.tree_map(runs, (raw, episodes)), values)
+        return step(state, *jax.tree_util.tree_map(runs, (raw, episodes)), values,
+                    jax.tree_util.tree_map(blocks, memory))
 
-    advance = jax.jit(advance, donate_argnums=0, static_argnums=3)
+    advance = jax.jit(advance, donate_argnums=0, static_argnums=4)
 
-    def explore_one(params: Any, sampled: Any, obs: Any, key: Any, v: Any, t: Any) -> Any:
-        return plan_of(v).explore(params, sampled, obs, jax.random.fold_in(key, t))
+    def explore_one(params: Any, sampled: Any, obs: Any, key: Any, v: Any, t: Any, memory: Any) -> Any:
+        return plan_of(v).explore(params, sampled, obs, jax.random.fold_in(key, t), memory)
 
-    if num_runs is None:
-        explore = jax.jit(lambda params, sampled, obs, key, t: explore_one(params, sampled, obs, key, values, t))
-    else:  # obs [R * E, ...] -> every run's [E, ...]; actions back as [R * E]
-        explore = jax.jit(lambda params, sampled, obs, key, t: jax.vmap(explore_one, (0, 0, 0, 0, 0, None))(
-            params, sampled, obs.reshape((copies, num_envs) + obs.shape[1:]), key, values, t).reshape(-1))
+    def explore_runs(params: Any, sampled: Any, obs: Any, key: Any, t: Any, memory: Any = None) -> Any:
+        """Every run's actions (and recurrent states) on the host's layout ``[R * E, ...]``."""
+        if num_runs is None:
+            return explore_one(params, sampled, obs, key, values, t, memory)
+        out = jax.vmap(explore_one, (0, 0, 0, 0, 0, None, 0))(params, sampled, blocks(obs), key, values, t,
+                                                                jax.tree_util.tree_map(blocks, memory))
+        return jax.tree_util.tree_map(flat, out)
+
+    explore = jax.jit(explore_runs)
+    recurrent = config.model.use_lstm
     close = per_seed(plan.close, num_runs, donate_argnums=0)
     record = per_seed(lambda m, episodes: metrics.record_episodes(m, episodes, {}), num_runs)
     primed = plan.worker.pending if plan.worker.primed else 0
     counts = schedule.replay_counts(schedule.stores) if not schedule.credit else None
     new_key = per_seed(lambda key: jax.random.split(key)[0], num_runs)
+    flat_memory = jax.jit(lambda memory: jax.tree_util.tree_map(flat, memory))
 
-    def fragment(state: Any, length: int) -> tuple[rollout.RawStep, rollout.Episodes]:
+    def fragment(state: Any, length: int) -> tuple[rollout.RawStep, rollout.Episodes, Any]:
+        """``length`` steps of the host's envs: raw steps and episodes ``[F, R * E]``, and a
+        recurrent actor's memory after them (``()`` for a feed-forward one)."""
         params = {pid: ls.params for pid, ls in state.learner.items()}
         sampled, key = state.metrics.num_steps_sampled, state.key
-        return host.fragment(lambda obs, t: explore(params, sampled, obs, key, t), length)
+        if not recurrent:
+            return (*host.fragment(lambda obs, t, first: explore(params, sampled, obs, key, t), length), ())
+        carried, acted_from = [flat_memory(state.actor.memory).state], []
+
+        def act(obs: np.ndarray, t: int, first: np.ndarray) -> Any:
+            memory = rollout.Memory(state=carried[0], first=first)
+            action, carried[0] = explore(params, sampled, obs, key, t, memory)
+            acted_from.append(memory)
+            return action
+
+        raw, episodes = host.fragment(act, length)
+        memory = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *acted_from)  # [F, R * E, ...]
+        return raw._replace(memory=memory), episodes, rollout.Memory(state=carried[0], first=host.first)
 
     def prime(state: Any) -> Any:
         """The n-step look-ahead: the first ``n - 1`` steps of every env, carried, not stored."""
         if not primed:
             return state
-        raw, episodes = jax.tree_util.tree_map(runs, fragment(state, primed))
+        raw, episodes = jax.tree_util.tree_map(runs, fragment(state, primed)[:2])
         m = record(state.metrics, episodes)
         m = m._replace(num_steps_sampled=m.num_steps_sampled + jnp.int32(primed * num_envs))
         actor = state.actor._replace(pending=per_seed(view, num_runs)(raw))
@@ -154,17 +184,24 @@ def make_evaluate(config: DQNConfig, plan: Any, num_seeds: int | None = None) ->
     ``eps``; ``key`` seeds their resets and the acting. With seeds every argument has the seeds'
     axis and each seed plays its episodes in turn (leaves ``[S, N]``). The envs are made at the
     first call."""
-    one = worker.evaluation_act(plan.worker.policies[DEFAULT_POLICY], explore=config.evaluation_config.explore)
-    act = jax.jit(lambda params, obs, eps, key, t: one(params[DEFAULT_POLICY], obs, eps,
-                                                       jax.random.fold_in(key, t), ())[0])
+    bundle = plan.worker.policies[DEFAULT_POLICY]
+    one = worker.evaluation_act(bundle, explore=config.evaluation_config.explore)
+    act = jax.jit(lambda params, obs, eps, key, t, memory: one(params[DEFAULT_POLICY], obs, eps,
+                                                               jax.random.fold_in(key, t), memory))
     made: list[HostEnvs] = []
 
     def evaluate_one(params: dict[str, Any], key: Any, eps: Any) -> evaluation.Evaluation:
         if not made:
             made.append(HostEnvs(config.replace(num_workers=0, num_envs_per_worker=config.evaluation_num_episodes)))
         seed = int(jax.random.bits(key, (), jnp.uint32) >> 1)
-        returns, lengths, finished = made[0].episodes(lambda obs, t: act(params, obs, eps, key, t),
-                                                      MAX_EVALUATION_STEPS, seed)
+        # a recurrent policy: every episode from the initial state (one episode per env)
+        memory = [bundle.network.initial_state(config.evaluation_num_episodes) if config.model.use_lstm else ()]
+
+        def step(obs: np.ndarray, t: int) -> Any:
+            action, memory[0] = act(params, obs, eps, key, t, memory[0])
+            return action
+
+        returns, lengths, finished = made[0].episodes(step, MAX_EVALUATION_STEPS, seed)
         return evaluation.Evaluation(episode_return=returns, episode_length=lengths, finished=finished)
 
     def evaluate(params: dict[str, Any], key: Any, eps: Any = 0.0) -> evaluation.Evaluation:

@@ -289,11 +289,12 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         report["params_finite"] = params_finite(state)  # the shell stops a diverged run on it
         return state._replace(metrics=m), report
 
-    def explore(params: dict[str, Any], sampled: Array, obs: Array, key: Array) -> Array:
+    def explore(params: dict[str, Any], sampled: Array, obs: Array, key: Array, memory: Any = None) -> Any:
         """The behaviour policy's actions ``[E]`` on ``obs`` ``[E, *obs]`` after ``sampled`` env
-        steps (its epsilon), for envs that step on the host."""
+        steps (its epsilon), for envs that step on the host; a recurrent policy acts from
+        ``memory`` (``rollout.Memory``) and also returns its next state."""
         eps = exploration.behaviour_epsilon(hyper, sampled, explore=config.explore)
-        return worker.behaviour(params, eps)(obs, key)
+        return worker.behaviour(params, eps)(obs, key, memory)
 
     chunks = count_chunks(config.total_timesteps, schedule)
 

@@ -187,16 +187,22 @@ def init(env: Env, key: Array, num_envs: int, pending: int, *, recurrent_state: 
                       episode_length=jnp.zeros((num_envs,), jnp.int32), pending=steps, memory=memory)
 
 
-def blank(obs: Any, num_envs: int, pending: int) -> ActorState:
+def blank(obs: Any, num_envs: int, pending: int, recurrent_state: Any = None) -> ActorState:
     """An actor whose envs step on the host (``obs``: one observation's ``ShapeDtypeStruct``):
-    zero observations, no env state, ``pending`` zero steps until the host primes them."""
+    zero observations, no env state, ``pending`` zero steps until the host primes them (or, for
+    sequences, the first fragments fill them). ``recurrent_state`` (leaves ``[E, ...]``) makes a
+    recurrent actor, its memory as ``init``'s."""
     zeros = lambda shape, dtype: jnp.zeros(shape, dtype)  # noqa: E731
     batch = (num_envs,) + tuple(obs.shape)
+    memory: Any = ()
+    if recurrent_state is not None:
+        memory = Memory(state=recurrent_state, first=jnp.ones((num_envs,), bool))
     steps = RawStep(obs=zeros((pending,) + batch, obs.dtype), action=zeros((pending, num_envs), jnp.int32),
                     reward=zeros((pending, num_envs), jnp.float32), terminated=zeros((pending, num_envs), bool),
-                    truncated=zeros((pending, num_envs), bool), next_obs=zeros((pending,) + batch, obs.dtype))
+                    truncated=zeros((pending, num_envs), bool), next_obs=zeros((pending,) + batch, obs.dtype),
+                    memory=tree_map(lambda x: jnp.zeros((pending,) + x.shape, x.dtype), memory))
     return ActorState(env_state=(), obs=zeros(batch, obs.dtype), episode_return=zeros((num_envs,), jnp.float32),
-                      episode_length=zeros((num_envs,), jnp.int32), pending=steps)
+                      episode_length=zeros((num_envs,), jnp.int32), pending=steps, memory=memory)
 
 
 def prime(env: Env, act: Act, actor: ActorState, keys: Array, view: View | None = None) -> tuple[ActorState, Episodes]:

@@ -136,7 +136,7 @@ def single_agent(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer
     initial = bundle.network.initial_state(num_envs) if recurrent else None
     if host:
         env, evaluate = None, host_evaluation(config.env)
-        init = lambda key: rollout.blank(obs, num_envs, pending)  # noqa: E731
+        init = lambda key: rollout.blank(obs, num_envs, pending, recurrent_state=initial)  # noqa: E731
     else:
         env = envs.functions(spec)
         # A batch of ALE games is one stateful object: evaluation plays its own.
