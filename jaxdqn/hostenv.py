@@ -91,6 +91,10 @@ def make_one(config: DQNConfig) -> Callable[[], Any]:
             raise ImportError(f"env={name!r}: its module {module!r} is not installed ({e})") from e
     else:
         registered = gym_id
+    from jaxdqn import hostatari  # an ALE game gets RLlib's DeepMind preprocessing
+
+    if hostatari.is_ale(registered):
+        return lambda: hostatari.wrap_deepmind(registered, env_config)
     if registered not in gymnasium.registry:
         raise ValueError(f"env={name!r} is not a Gymnasium env id (nor a name given to jaxdqn.register_env)")
     return lambda: gymnasium.make(gym_id, **env_config)
@@ -150,7 +154,7 @@ class HostEnvs:
             probe = self._call(one, "creating it")
             self.single_obs, action_space = probe.observation_space, probe.action_space
             probe.close()
-            self.atari = False
+            self.atari = hasattr(probe.unwrapped, "ale")  # Gymnasium's ALE (jaxdqn.hostatari's preprocessing)
         if not isinstance(action_space, gymnasium.spaces.Discrete):
             raise ValueError(f"env={self.name!r} has a {type(action_space).__name__} action space: DQN needs a "
                              "Discrete one")
@@ -285,6 +289,9 @@ class HostEnvs:
             self.lengths += 1
             returns[t], lengths[t] = self.returns, self.lengths
             done = info.get("episode_end", terminated[t] | truncated[t])
+            if "game_over" in info.get("final_info", {}):  # a lost life ends no game (jaxdqn.hostatari)
+                final = info["final_info"]
+                done = (final["game_over"] & final["_game_over"]) | truncated[t]
             ended[t] = self.first = done
             self.returns[done], self.lengths[done] = 0.0, 0
         self._finite(reward, "reward")

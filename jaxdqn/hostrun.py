@@ -16,7 +16,7 @@ lockstep, so their reports come at the same points.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -45,80 +45,49 @@ def per_seed(fn: Callable[..., Any], seeds: int | None, **kwargs: Any) -> Callab
     return jax.jit(fn if seeds is None else jax.vmap(fn), **kwargs)
 
 
-def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn_on_batch: Any = None,
-                trials: Any = None) -> parallel.Runner:
-    """``parallel.make_runner``'s ``Runner`` for an env that steps on the host: ``init`` primes
-    the n-step look-ahead and runs the warm-up stores from the host envs, ``chunk`` runs the
-    fragments up to the next report (the module docstring)."""
-    check_config(config, trials)
-    if config.num_devices == "auto":
-        config = config.replace(num_devices=1)
-    num_runs = num_seeds if trials is None else len(trials) * (num_seeds or 1)  # vmapped: seeds, trials x seeds
-    copies, num_envs = num_runs or 1, config.num_envs
-    host = HostEnvs(config, copies=copies)
-    runner = parallel.make_runner(config, num_seeds, before_learn_on_batch=before_learn_on_batch, trials=trials,
-                                  spec=host.spec)
-    plan, schedule = runner.plan, runner.plan.schedule
-    view = plan.worker.view or (lambda raw: raw)
-    values = {k: jnp.asarray(v) for k, v in runner.trial_values.items()}  # a sweep's traced keys, [R] each
+class RunBlocks(NamedTuple):
+    """How ``R`` vmapped runs' envs lie in the host's one vector env: run ``k`` on the ``k``-th
+    block of ``num_envs`` (``num_runs`` None: one run, every layout as is)."""
 
-    def plan_of(v: dict[str, Any]) -> Any:
-        """The plan of one run: a sweep's trial's values in place of the config's."""
-        return plan if not v else parallel.make_plan(config, before_learn_on_batch=before_learn_on_batch,
-                                            hyper=sweep.hyperparams(config, v), spec=host.spec)
+    num_runs: int | None
+    num_envs: int
 
-    def runs(x: Any) -> Any:
-        """``[F, R * E, ...]`` -> ``[R, F, E, ...]`` (one run's ``[F, E, ...]`` as is)."""
-        if num_runs is None:
+    def runs(self, x: Any) -> Any:
+        """``[F, R * E, ...]`` -> ``[R, F, E, ...]``."""
+        if self.num_runs is None:
             return x
-        return jnp.swapaxes(x.reshape((x.shape[0], copies, num_envs) + x.shape[2:]), 0, 1)
+        return jnp.swapaxes(x.reshape((x.shape[0], self.num_runs, self.num_envs) + x.shape[2:]), 0, 1)
 
-    def flat(x: Any) -> Any:  # [R, E, ...] -> [R * E, ...], the host's layout of the envs
-        return x if num_runs is None else x.reshape((copies * num_envs,) + x.shape[2:])
+    def flat(self, x: Any) -> Any:
+        """``[R, E, ...]`` -> ``[R * E, ...]``, the host's layout."""
+        return x if self.num_runs is None else x.reshape((self.num_runs * self.num_envs,) + x.shape[2:])
 
-    def blocks(x: Any) -> Any:  # [R * E, ...] -> [R, E, ...]
-        return x if num_runs is None else x.reshape((copies, num_envs) + x.shape[1:])
+    def blocks(self, x: Any) -> Any:
+        """``[R * E, ...]`` -> ``[R, E, ...]``."""
+        return x if self.num_runs is None else x.reshape((self.num_runs, self.num_envs) + x.shape[1:])
 
-    def advance_one(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, v: Any, memory: Any,
-                    count: Any) -> Any:
-        """One fragment's store and its replays (``count``; ``None``: the credit's); a recurrent
-        actor's ``memory`` after the fragment."""
-        one = plan_of(v)
-        state = state._replace(actor=state.actor._replace(memory=memory))
-        state, items = one.take(state, view(raw), episodes)
-        return one.learn(state._replace(key=jax.random.split(state.key)[0]), items, count)[0]
 
-    def advance(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, memory: Any, count: Any) -> Any:
-        one = lambda s, r, e, v, m: advance_one(s, r, e, v, m, count)  # noqa: E731
-        step = one if num_runs is None else jax.vmap(one)
-        return step(state, *jax.tree_util.tree_map(runs, (raw, episodes)), values,
-                    jax.tree_util.tree_map(blocks, memory))
-
-    advance = jax.jit(advance, donate_argnums=0, static_argnums=4)
+def make_fragment(host: HostEnvs, plan_of: Callable[[Any], Any], values: dict[str, Any], blocks: RunBlocks,
+                  recurrent: bool) -> Callable[[Any, int], tuple[rollout.RawStep, rollout.Episodes, Any]]:
+    """``fragment(state, length)``: ``length`` steps of the host's envs, one jitted acting call
+    per step for every run: raw steps and episodes ``[F, R * E]``, and a recurrent actor's
+    memory after them (``()`` for a feed-forward one)."""
 
     def explore_one(params: Any, sampled: Any, obs: Any, key: Any, v: Any, t: Any, memory: Any) -> Any:
         return plan_of(v).explore(params, sampled, obs, jax.random.fold_in(key, t), memory)
 
     def explore_runs(params: Any, sampled: Any, obs: Any, key: Any, t: Any, memory: Any = None) -> Any:
         """Every run's actions (and recurrent states) on the host's layout ``[R * E, ...]``."""
-        if num_runs is None:
+        if blocks.num_runs is None:
             return explore_one(params, sampled, obs, key, values, t, memory)
-        out = jax.vmap(explore_one, (0, 0, 0, 0, 0, None, 0))(params, sampled, blocks(obs), key, values, t,
-                                                                jax.tree_util.tree_map(blocks, memory))
-        return jax.tree_util.tree_map(flat, out)
+        out = jax.vmap(explore_one, (0, 0, 0, 0, 0, None, 0))(params, sampled, blocks.blocks(obs), key, values, t,
+                                                                jax.tree_util.tree_map(blocks.blocks, memory))
+        return jax.tree_util.tree_map(blocks.flat, out)
 
     explore = jax.jit(explore_runs)
-    recurrent = config.model.use_lstm
-    close = per_seed(plan.close, num_runs, donate_argnums=0)
-    record = per_seed(lambda m, episodes: metrics.record_episodes(m, episodes, {}), num_runs)
-    primed = plan.worker.pending if plan.worker.primed else 0
-    counts = schedule.replay_counts(schedule.stores) if not schedule.credit else None
-    new_key = per_seed(lambda key: jax.random.split(key)[0], num_runs)
-    flat_memory = jax.jit(lambda memory: jax.tree_util.tree_map(flat, memory))
+    flat_memory = jax.jit(lambda memory: jax.tree_util.tree_map(blocks.flat, memory))
 
     def fragment(state: Any, length: int) -> tuple[rollout.RawStep, rollout.Episodes, Any]:
-        """``length`` steps of the host's envs: raw steps and episodes ``[F, R * E]``, and a
-        recurrent actor's memory after them (``()`` for a feed-forward one)."""
         params = {pid: ls.params for pid, ls in state.learner.items()}
         sampled, key = state.metrics.num_steps_sampled, state.key
         if not recurrent:
@@ -135,13 +104,61 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
         memory = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *acted_from)  # [F, R * E, ...]
         return raw._replace(memory=memory), episodes, rollout.Memory(state=carried[0], first=host.first)
 
+    return fragment
+
+
+def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn_on_batch: Any = None,
+                trials: Any = None) -> parallel.Runner:
+    """``parallel.make_runner``'s ``Runner`` for an env that steps on the host: ``init`` primes
+    the n-step look-ahead and runs the warm-up stores from the host envs, ``chunk`` runs the
+    fragments up to the next report (the module docstring)."""
+    check_config(config, trials)
+    if config.num_devices == "auto":
+        config = config.replace(num_devices=1)
+    num_runs = num_seeds if trials is None else len(trials) * (num_seeds or 1)  # vmapped: seeds, trials x seeds
+    blocks = RunBlocks(num_runs, config.num_envs)
+    host = HostEnvs(config, copies=num_runs or 1)
+    runner = parallel.make_runner(config, num_seeds, before_learn_on_batch=before_learn_on_batch, trials=trials,
+                                  spec=host.spec)
+    plan, schedule = runner.plan, runner.plan.schedule
+    view = plan.worker.view or (lambda raw: raw)
+    values = {k: jnp.asarray(v) for k, v in runner.trial_values.items()}  # a sweep's traced keys, [R] each
+
+    def plan_of(v: dict[str, Any]) -> Any:
+        """The plan of one run: a sweep's trial's values in place of the config's."""
+        return plan if not v else parallel.make_plan(config, before_learn_on_batch=before_learn_on_batch,
+                                                     hyper=sweep.hyperparams(config, v), spec=host.spec)
+
+    def advance_one(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, v: Any, memory: Any,
+                    count: Any) -> Any:
+        """One fragment's store and its replays (``count``; ``None``: the credit's); a recurrent
+        actor's ``memory`` after the fragment."""
+        one = plan_of(v)
+        state = state._replace(actor=state.actor._replace(memory=memory))
+        state, items = one.take(state, view(raw), episodes)
+        return one.learn(state._replace(key=jax.random.split(state.key)[0]), items, count)[0]
+
+    def advance(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, memory: Any, count: Any) -> Any:
+        one = lambda s, r, e, v, m: advance_one(s, r, e, v, m, count)  # noqa: E731
+        step = one if num_runs is None else jax.vmap(one)
+        return step(state, *jax.tree_util.tree_map(blocks.runs, (raw, episodes)), values,
+                    jax.tree_util.tree_map(blocks.blocks, memory))
+
+    advance = jax.jit(advance, donate_argnums=0, static_argnums=4)
+    close = per_seed(plan.close, num_runs, donate_argnums=0)
+    record = per_seed(lambda m, episodes: metrics.record_episodes(m, episodes, {}), num_runs)
+    primed = plan.worker.pending if plan.worker.primed else 0
+    counts = schedule.replay_counts(schedule.stores) if not schedule.credit else None
+    new_key = per_seed(lambda key: jax.random.split(key)[0], num_runs)
+    fragment = make_fragment(host, plan_of, values, blocks, config.model.use_lstm)
+
     def prime(state: Any) -> Any:
         """The n-step look-ahead: the first ``n - 1`` steps of every env, carried, not stored."""
         if not primed:
             return state
-        raw, episodes = jax.tree_util.tree_map(runs, fragment(state, primed)[:2])
+        raw, episodes = jax.tree_util.tree_map(blocks.runs, fragment(state, primed)[:2])
         m = record(state.metrics, episodes)
-        m = m._replace(num_steps_sampled=m.num_steps_sampled + jnp.int32(primed * num_envs))
+        m = m._replace(num_steps_sampled=m.num_steps_sampled + jnp.int32(primed * config.num_envs))
         actor = state.actor._replace(pending=per_seed(view, num_runs)(raw))
         return state._replace(actor=actor, metrics=m, key=new_key(state.key))
 

@@ -105,9 +105,13 @@ ATARI_MODEL_KEYS = frozenset({"dim", "framestack", "grayscale", "zero_mean"})
 
 
 def _atari_env(env: Any) -> bool:
-    """An Atari game: the ALE's inside the compiled loop, or EnvPool's (``envpool:Pong-v5``),
-    whose options have the same names for RLlib's preprocessing keys."""
-    return atari_game(env) is not None or (isinstance(env, str) and re.fullmatch(r"envpool:[A-Z]\w*-v5", env) is not None)
+    """An Atari game: the ALE's inside the compiled loop, Gymnasium's ALE on the host
+    (``gymnasium:PongNoFrameskip-v4``) or EnvPool's (``envpool:Pong-v5``), whose options have
+    the same names for RLlib's preprocessing keys."""
+    if not isinstance(env, str):
+        return False
+    gym_id = env[len("gymnasium:"):] if env.startswith("gymnasium:") else env
+    return atari_game(gym_id) is not None or re.fullmatch(r"envpool:[A-Z]\w*-v5", env) is not None
 
 
 def _atari_option(key: str, value: Any) -> dict[str, Any]:

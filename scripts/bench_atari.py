@@ -11,6 +11,9 @@
 - ``DQN on EnvPool``: the same config with ``env=envpool:Pong-v5`` (the documented switch: the
   games step on the host in EnvPool's threads, one jitted action call per env step, one jitted
   store + replay call per fragment), where EnvPool is installed;
+- ``DQN on Gymnasium's ALE``: the same with ``env=gymnasium:PongDeterministic-v4`` (Gymnasium's
+  ALE with ``jaxdqn.hostatari``'s wrap_deepmind, in the trainer's process), where OpenCV is
+  installed;
 
 each with ``--envs`` games (1 and 8 by default; an ALE batch is one program, so "seeds" are games
 here). Every env step is 4 emulator frames. Median over iterations. Usage::
@@ -83,6 +86,10 @@ def dqn_envpool(num_envs: int, steps: int, iterations: int) -> float:
     return dqn(num_envs, steps, iterations, env="envpool:Pong-v5")
 
 
+def dqn_gymnasium(num_envs: int, steps: int, iterations: int) -> float:
+    return dqn(num_envs, steps, iterations, env="gymnasium:PongDeterministic-v4")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", type=int, nargs="+", default=[1, 8])
@@ -98,6 +105,8 @@ def main() -> None:
         rows_of = [("ALE only", ale_only), ("DQN (pong-dqn.yaml)", dqn), ("DQN, whole stacks", dqn_whole_stacks)]
         if importlib.util.find_spec("envpool") is not None:
             rows_of.append(("DQN on EnvPool", dqn_envpool))
+        if importlib.util.find_spec("cv2") is not None:
+            rows_of.append(("DQN on Gymnasium's ALE", dqn_gymnasium))
         for name, fn in rows_of:
             rate = fn(num_envs, args.steps, args.iterations)
             rows.append({"row": name, "envs": num_envs, "env_steps_per_s": rate})

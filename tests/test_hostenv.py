@@ -330,11 +330,13 @@ def test_envpool_steps_reach_the_buffer_as_the_physics_says():
     np.testing.assert_allclose(next_obs, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_envpool_atari_is_wrap_deepmind_with_whole_games_as_episodes():
-    """`envpool:Breakout-v5` with RLlib's wrap_deepmind options: 84x84x4 uint8 frames channels-last
-    through the conv stack, a lost life terminates (no bootstrap) while an episode is a whole
-    game of 5 lives, and the learner stores clipped rewards while episode returns are the game's."""
-    trainer = Trainer(DQNConfig(env="envpool:Breakout-v5", num_envs_per_worker=4, buffer_size=3000,
+@pytest.mark.parametrize("env", ["envpool:Breakout-v5", "gymnasium:BreakoutNoFrameskip-v4"])
+def test_atari_on_the_host_is_wrap_deepmind_with_whole_games_as_episodes(env):
+    """EnvPool's Breakout with RLlib's wrap_deepmind options, and Gymnasium's ALE with
+    jaxdqn.hostatari's wrap_deepmind: 84x84x4 uint8 frames channels-last through the conv stack,
+    a lost life terminates (no bootstrap) while an episode is a whole game of 5 lives, and the
+    learner stores clipped rewards while episode returns are the game's."""
+    trainer = Trainer(DQNConfig(env=env, num_envs_per_worker=4, buffer_size=3000,
                                 learning_starts=2000, timesteps_per_iteration=2400, train_batch_size=8,
                                 model=ModelConfig(conv_filters=((4, 8, 4), (8, 4, 2)), fcnet_hiddens=(16,)),
                                 hiddens=(16,)))
@@ -433,3 +435,30 @@ def test_a_recurrent_policy_on_a_host_env_remembers_what_a_feed_forward_one_cann
         assert result["episode_reward_mean"] <= 0.6
     finally:
         hostenv.ENV_CREATORS.pop("recall")
+
+
+def test_gymnasium_ale_frames_are_the_compiled_loops_frame_for_frame():
+    """PongNoFrameskip-v4 through Gymnasium's ALE with jaxdqn.hostatari's wrap_deepmind and
+    through the ALE's XLA env in the compiled loop (no no-op starts, where the ALE draws them
+    differently): after the reset (FIRE, then action 2: two steps the compiled loop takes as
+    invalid, its actions overridden) the stacked frames are equal, byte for byte, over 48 steps
+    of the same actions, and so are the rewards."""
+    from jaxdqn import envs, hostatari
+
+    actions = [2, 3, 0, 2, 2, 3, 1, 0] * 6
+    spec = envs.make_env("PongNoFrameskip-v4", {"noop_max": 0}, num_envs=1)
+    key = jax.random.key(0)
+    _, state = envs.reset(spec, jax.random.split(key, 1))
+    compiled = []
+    for i, a in enumerate([0, 0] + actions):
+        out, state = envs.step(spec, jax.random.split(jax.random.fold_in(key, i), 1), state,
+                               jax.numpy.array([a], jax.numpy.int32))
+        compiled.append((np.asarray(out.obs[0]), float(out.reward[0]), bool(out.valid[0])))
+    assert [v for *_, v in compiled[:3]] == [False, False, True]
+    host = hostatari.wrap_deepmind("PongNoFrameskip-v4", {"noop_max": 0})
+    first, _ = host.reset(seed=0)
+    np.testing.assert_array_equal(first, compiled[1][0])
+    for k, a in enumerate(actions):
+        obs, reward, *_ = host.step(a)
+        np.testing.assert_array_equal(obs, compiled[2 + k][0], err_msg=f"step {k}")
+        assert reward == compiled[2 + k][1], k

@@ -81,8 +81,9 @@ def test_bench_atari_runs_and_prints_its_rows():
     rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith(("| ALE", "| DQN"))]
     import importlib.util
 
-    envpool = ["DQN on EnvPool"] if importlib.util.find_spec("envpool") is not None else []
-    assert rows == ["ALE only", "DQN (pong-dqn.yaml)", "DQN, whole stacks"] + envpool, out
+    host = ["DQN on EnvPool"] if importlib.util.find_spec("envpool") is not None else []
+    host += ["DQN on Gymnasium's ALE"] if importlib.util.find_spec("cv2") is not None else []
+    assert rows == ["ALE only", "DQN (pong-dqn.yaml)", "DQN, whole stacks"] + host, out
 
 
 def test_bench_prng_runs_and_prints_every_implementation():
