@@ -106,7 +106,8 @@ class MaxAndSkip(gymnasium.Wrapper):
 
 class EpisodicLife(gymnasium.Wrapper):
     """RLlib's ``EpisodicLifeEnv``: a lost life terminates; the reset after it is a no-op step
-    unless the game is over. ``info["game_over"]`` says which termination ended the game."""
+    unless the game is over (or the reset is seeded: a caller starting new games, as a restart
+    or an evaluation does). ``info["game_over"]`` says which termination ended the game."""
 
     def __init__(self, env: Any, enabled: bool) -> None:
         super().__init__(env)
@@ -121,7 +122,7 @@ class EpisodicLife(gymnasium.Wrapper):
         return obs, reward, terminated or lost, truncated, {**info, "game_over": self.game_over}
 
     def reset(self, **kwargs: Any) -> Any:
-        if self.game_over:
+        if self.game_over or kwargs.get("seed") is not None:  # a seeded reset asks for a new game
             obs, info = self.env.reset(**kwargs)
         else:
             obs, _, _, _, info = self.env.step(NOOP)

@@ -143,7 +143,8 @@ class HostEnvs:
         gymnasium = _gymnasium()
         self.name = config.env
         self.num_envs = config.num_envs * copies
-        if config.env.startswith(ENVPOOL):  # one batch, stepped by EnvPool's own threads (num_workers of them)
+        envpool = config.env.startswith(ENVPOOL)
+        if envpool:  # one batch, stepped by EnvPool's own threads (num_workers of them)
             pool = self._call(lambda: PoolVector(config.env[len(ENVPOOL):], self.num_envs, config.num_workers,
                                                  config.seed, dict(config.env_params)), "creating it")
             self._start = lambda: pool  # noqa: E731
@@ -155,25 +156,23 @@ class HostEnvs:
             self.single_obs, action_space = probe.observation_space, probe.action_space
             probe.close()
             self.atari = hasattr(probe.unwrapped, "ale")  # Gymnasium's ALE (jaxdqn.hostatari's preprocessing)
+            # num_workers=0: in this process; else processes started fresh (spawn: forking a
+            # process that runs JAX's threads can deadlock)
+            vector, options = ((gymnasium.vector.SyncVectorEnv, {}) if config.num_workers == 0 else
+                               (gymnasium.vector.AsyncVectorEnv, {"context": "spawn"}))
+            self._start = lambda: vector([one] * self.num_envs,  # noqa: E731
+                                         autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP, **options)
         if not isinstance(action_space, gymnasium.spaces.Discrete):
             raise ValueError(f"env={self.name!r} has a {type(action_space).__name__} action space: DQN needs a "
                              "Discrete one")
         self.num_actions = int(action_space.n)
         self.obs_shape, self.obs_dtype = self._obs_layout(gymnasium)
         self.boxed = isinstance(self.single_obs, gymnasium.spaces.Box)
-        autoreset = gymnasium.vector.AutoresetMode.SAME_STEP
-        if config.env.startswith(ENVPOOL):
-            pass
-        elif config.num_workers == 0:
-            vector, options = gymnasium.vector.SyncVectorEnv, {}
-            self._start = lambda: vector([one] * self.num_envs, autoreset_mode=autoreset, **options)  # noqa: E731
-        else:  # processes started fresh (spawn): forking a process that runs JAX's threads can deadlock
-            vector, options = gymnasium.vector.AsyncVectorEnv, {"context": "spawn"}
-            self._start = lambda: vector([one] * self.num_envs, autoreset_mode=autoreset, **options)  # noqa: E731
         self.vector = self._call(self._start, "starting it")
-        # RLlib's recreate_failed_workers: only worker processes are recreated (not the trainer's own envs)
+        # RLlib's recreate_failed_workers: only worker processes are recreated (not the trainer's
+        # own envs, nor EnvPool's threads)
         self.tolerance = config.num_consecutive_worker_failures_tolerance
-        self.recreates = config.recreate_failed_workers and config.num_workers > 0
+        self.recreates = config.recreate_failed_workers and config.num_workers > 0 and not envpool
         self.failures = 0  # consecutive failed steps (a fragment that ends well clears it)
         self.seed = config.seed
         self.restart()
@@ -260,6 +259,16 @@ class HostEnvs:
                              f"observation space says {self.obs_shape}")
         return out
 
+    @staticmethod
+    def _episode_end(info: dict[str, Any], terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
+        """``[E]``: where a scored episode ended. With episodic life (``jaxdqn.hostatari``'s
+        wrappers, ``PoolVector``'s Atari) a lost life terminates without ending the game: the
+        envs that ended a step say in ``info["final_info"]["game_over"]`` whether the game did."""
+        final = info.get("final_info", {})
+        if "game_over" in final:
+            return (np.asarray(final["game_over"], bool) & final["_game_over"]) | truncated
+        return terminated | truncated
+
     def _finite(self, block: np.ndarray, what: str, where: str = "step") -> None:
         if block.dtype != np.uint8 and not np.isfinite(block).all():
             raise ValueError(f"env={self.name!r} returned a non-finite {what} in {where}")
@@ -288,11 +297,7 @@ class HostEnvs:
             self.returns += reward[t]
             self.lengths += 1
             returns[t], lengths[t] = self.returns, self.lengths
-            done = info.get("episode_end", terminated[t] | truncated[t])
-            if "game_over" in info.get("final_info", {}):  # a lost life ends no game (jaxdqn.hostatari)
-                final = info["final_info"]
-                done = (final["game_over"] & final["_game_over"]) | truncated[t]
-            ended[t] = self.first = done
+            ended[t] = self.first = done = self._episode_end(info, terminated[t], truncated[t])
             self.returns[done], self.lengths[done] = 0.0, 0
         self._finite(reward, "reward")
         self._finite(next_block, "observation")
@@ -313,18 +318,14 @@ class HostEnvs:
         for t in range(max_steps):
             if not alive.any():
                 break
-            action = np.asarray(act(self.obs, t), np.int32)
-            try:
-                obs, reward, terminated, truncated, info = self.vector.step(action)
-            except Exception as e:
-                raise RuntimeError(f"env={self.name!r} failed in step: {type(e).__name__}: {e}") from e
+            obs, reward, terminated, truncated, info = self._step(np.asarray(act(self.obs, t), np.int32))
             reward = np.asarray(reward, np.float32)
             self._finite(reward, "reward")
             self.obs = self._array(obs, "step")
             self._finite(self.obs, "observation")
             returns += np.where(alive, reward, 0.0)
             lengths += alive
-            alive &= ~info.get("episode_end", np.asarray(terminated, bool) | np.asarray(truncated, bool))
+            alive &= ~self._episode_end(info, np.asarray(terminated, bool), np.asarray(truncated, bool))
         return returns, lengths, ~alive
 
     def close(self) -> None:

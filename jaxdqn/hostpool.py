@@ -29,8 +29,8 @@ class PoolVector:
     autoreset: an env whose episode ended is reset at once (EnvPool would at its next step,
     ignoring that step's action), its last observation under ``info["final_obs"]``. Atari tasks:
     observations channels-last ``[84, 84, 4]`` (the conv stack's layout), a life lost terminates
-    (``terminated``) while the scored episode, ``info["episode_end"]``, is the whole game, and
-    rewards are the game's (``info["reward"]``)."""
+    (``terminated``) while the scored episode is the whole game (``info["final_info"]["game_over"]``,
+    as ``jaxdqn.hostatari``'s wrappers say it), and rewards are the game's (``info["reward"]``)."""
 
     def __init__(self, task: str, num_envs: int, num_threads: int, seed: int, options: dict[str, Any]) -> None:
         envpool = _envpool()
@@ -63,9 +63,10 @@ class PoolVector:
         obs, reward, terminated, truncated, info = self.pool.step(np.asarray(action, np.int32))
         obs, terminated, truncated = self._obs(obs), np.asarray(terminated, bool), np.asarray(truncated, bool)
         ended = (np.asarray(info["terminated"], bool) if self.atari else terminated) | truncated
-        out: dict[str, Any] = {"episode_end": ended}
-        if self.atari:
+        out: dict[str, Any] = {}
+        if self.atari:  # a lost life terminates; the game goes on unless it is over
             reward = info["reward"]
+            out["final_info"] = {"game_over": np.asarray(info["terminated"], bool), "_game_over": terminated | truncated}
         if ended.any():
             where = np.flatnonzero(ended).astype(np.int32)
             out.update(_final_obs=ended, final_obs=obs.copy())

@@ -194,12 +194,12 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
     return runner._replace(init=init, chunk=chunk, evaluate=make_evaluate(config, plan, num_runs))
 
 
-def make_evaluate(config: DQNConfig, plan: Any, num_seeds: int | None = None) -> Callable[..., evaluation.Evaluation]:
+def make_evaluate(config: DQNConfig, plan: Any, num_runs: int | None = None) -> Callable[..., evaluation.Evaluation]:
     """``evaluate(params, key, eps=0.0) -> Evaluation``, the plan's evaluation for host envs:
     ``evaluation_num_episodes`` envs of their own in this process (RLlib's local evaluation
     worker), one episode each, greedy or (``evaluation_config.explore``) epsilon-greedy at
-    ``eps``; ``key`` seeds their resets and the acting. With seeds every argument has the seeds'
-    axis and each seed plays its episodes in turn (leaves ``[S, N]``). The envs are made at the
+    ``eps``; ``key`` seeds their resets and the acting. With ``num_runs`` (seeds, trials x seeds)
+    every argument has the runs' axis and each run plays its episodes in turn (leaves ``[R, N]``). The envs are made at the
     first call."""
     bundle = plan.worker.policies[DEFAULT_POLICY]
     one = worker.evaluation_act(bundle, explore=config.evaluation_config.explore)
@@ -222,10 +222,10 @@ def make_evaluate(config: DQNConfig, plan: Any, num_seeds: int | None = None) ->
         return evaluation.Evaluation(episode_return=returns, episode_length=lengths, finished=finished)
 
     def evaluate(params: dict[str, Any], key: Any, eps: Any = 0.0) -> evaluation.Evaluation:
-        if num_seeds is None:
+        if num_runs is None:
             return evaluate_one(params, key, eps)
-        eps = jnp.broadcast_to(jnp.asarray(eps), (num_seeds,))
-        each = [evaluate_one(jax.tree_util.tree_map(lambda x: x[k], params), key[k], eps[k]) for k in range(num_seeds)]
+        eps = jnp.broadcast_to(jnp.asarray(eps), (num_runs,))
+        each = [evaluate_one(jax.tree_util.tree_map(lambda x: x[k], params), key[k], eps[k]) for k in range(num_runs)]
         return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *each)
 
     return evaluate

@@ -462,3 +462,36 @@ def test_gymnasium_ale_frames_are_the_compiled_loops_frame_for_frame():
         obs, reward, *_ = host.step(a)
         np.testing.assert_array_equal(obs, compiled[2 + k][0], err_msg=f"step {k}")
         assert reward == compiled[2 + k][1], k
+
+
+@pytest.mark.parametrize("env", ["gymnasium:BreakoutNoFrameskip-v4", "envpool:Breakout-v5"])
+def test_an_atari_evaluation_episode_is_the_whole_game(env):
+    """Evaluation episodes on the host end where the game does, not at the first lost life: an
+    agent that only fires plays as many steps as the same game played alone until its end
+    (the ALE's lives at 0), for both Atari backends."""
+    from jaxdqn import hostatari
+
+    host = hostenv.HostEnvs(DQNConfig(env=env, num_envs_per_worker=1))
+    returns, lengths, finished = host.episodes(lambda obs, t: np.ones(1, np.int32), 20_000, seed=3)
+    host.close()
+    if env.startswith("gymnasium:"):
+        alone = hostatari.wrap_deepmind("BreakoutNoFrameskip-v4", {})
+        alone.reset(seed=3)
+        steps, over, lost = 0, False, 0
+        while not over:
+            _, _, terminated, truncated, info = alone.step(1)
+            steps, over, lost = steps + 1, info["game_over"] or truncated, lost + bool(terminated)
+            if terminated and not over:
+                alone.reset()
+    else:
+        import envpool
+
+        from jaxdqn.hostpool import ENVPOOL_ATARI
+
+        alone = envpool.make_gymnasium("Breakout-v5", num_envs=1, seed=3, **ENVPOOL_ATARI)
+        alone.reset()
+        steps, over, lost = 0, False, 0
+        while not over:
+            _, _, terminated, truncated, info = alone.step(np.ones(1, np.int32))
+            steps, over, lost = steps + 1, bool(info["terminated"][0] or truncated[0]), lost + bool(terminated[0])
+    assert finished.tolist() == [True] and lengths.tolist() == [steps] and lost == 5
