@@ -127,7 +127,8 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
     def plan_of(v: dict[str, Any]) -> Any:
         """The plan of one run: a sweep's trial's values in place of the config's."""
         return plan if not v else parallel.make_plan(config, before_learn_on_batch=before_learn_on_batch,
-                                                     hyper=sweep.hyperparams(config, v), spec=host.spec)
+                                                     hyper=sweep.hyperparams(config, v), spec=host.spec,
+                                                     runs_axis=parallel.RUNS)
 
     def advance_one(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, v: Any, memory: Any,
                     count: Any) -> Any:
@@ -140,7 +141,7 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
 
     def advance(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, memory: Any, count: Any) -> Any:
         one = lambda s, r, e, v, m: advance_one(s, r, e, v, m, count)  # noqa: E731
-        step = one if num_runs is None else jax.vmap(one)
+        step = one if num_runs is None else jax.vmap(one, axis_name=parallel.RUNS)
         return step(state, *jax.tree_util.tree_map(blocks.runs, (raw, episodes)), values,
                     jax.tree_util.tree_map(blocks.blocks, memory))
 

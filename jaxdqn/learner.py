@@ -1,9 +1,10 @@
 """The learner: one SGD step of DQN / SimpleQ on a replayed batch, and the target sync.
 
-``make_train_step(loss, network, optimizer, lr=..., lr_schedule=..., gamma=..., axis_name=None)``
-returns a pure ``train_step(state, sample, *, env_steps, key) -> (state, LearnInfo)`` for the
-TD loss ``loss`` (a ``LossConfig``). ``env_steps`` (sampled so far) drives RLlib's
-``lr_schedule``; ``key`` feeds noisy layers. With ``axis_name`` (inside ``pmap``) gradients and
+``make_learn(loss, network, optimizer, lr=..., lr_schedule=..., gamma=..., axis_name=None)``
+returns the pure SGD step ``step(state, sample, *, env_steps, key) -> (state, td_error, StepRecord)``
+for the TD loss ``loss`` (a ``LossConfig``) and ``statistics(record) -> LearnInfo`` (RLlib's
+learner stats, reduced only for the step a report shows); ``make_train_step`` composes the two.
+``env_steps`` (sampled so far) drives RLlib's ``lr_schedule``; ``key`` feeds noisy layers. With ``axis_name`` (inside ``pmap``) gradients and
 statistics are averaged across devices with ``lax.pmean``. The numbers (``lr``, ``gamma``, the
 optimizer's ``adam_epsilon`` and ``grad_clip``) may be traced (a sweep's ``Hyperparams``).
 """
@@ -248,12 +249,32 @@ def make_sequence_loss(loss: LossConfig, network: QNetwork, *, gamma: Any, eta: 
     return loss_fn
 
 
-def make_train_step(loss: LossConfig, network: QNetwork, optimizer: optax.GradientTransformation, *, lr: Any,
-                    lr_schedule: Any = None, gamma: Any = 0.99, axis_name: str | None = None
-                    ) -> Callable[..., tuple[LearnerState, LearnInfo]]:
+class StepRecord(NamedTuple):
+    """What one SGD step leaves for RLlib's learner statistics, unreduced. The plan carries its
+    last step's through the loop and reduces it once per report (``Learn.statistics``): the
+    other steps pay for no statistics at all (the gradient norm over every parameter and the
+    batch's reductions are a dozen small kernels per step)."""
+
+    loss: Array  # [] this device's
+    q_selected: Array  # [B] (sequences: [B, L], NaN where untrained)
+    mean_td_error: Array  # [] this device's
+    grads: Any  # the gradients applied (averaged over devices)
+    cur_lr: Array  # []
+
+
+class Learn(NamedTuple):
+    """The SGD step and the statistics of its record (``make_learn``)."""
+
+    step: Callable[..., tuple[LearnerState, Array, StepRecord]]  # (state, sample, *, env_steps, key) -> (state, td_error [B], record)
+    statistics: Callable[[StepRecord], LearnInfo]  # RLlib's learner stats (td_error [0])
+
+
+def make_learn(loss: LossConfig, network: QNetwork, optimizer: optax.GradientTransformation, *, lr: Any,
+               lr_schedule: Any = None, gamma: Any = 0.99, axis_name: str | None = None) -> Learn:
     """The pure SGD step on a replayed ``Sample`` of ``Transition`` items (or, with
     ``loss.recurrent``, of ``SequenceItem`` items: then ``td_error`` is one priority per
-    sequence, and ``gamma`` discounts the n-step sums the loss takes inside each slice)."""
+    sequence, and ``gamma`` discounts the n-step sums the loss takes inside each slice), and the
+    reduction of a step's record to RLlib's statistics (averaged over the device axis too)."""
     loss_fn = make_sequence_loss(loss, network, gamma=gamma) if loss.recurrent else make_loss(loss, network)
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
@@ -267,25 +288,23 @@ def make_train_step(loss: LossConfig, network: QNetwork, optimizer: optax.Gradie
     else:
         q_mean, q_min, q_max = jnp.mean, jnp.min, jnp.max
 
-    def statistics(value, td, q_selected, mean_td_error, grads, rate) -> LearnInfo:
+    def statistics(record: StepRecord) -> LearnInfo:
+        q = record.q_selected
         return LearnInfo(
-            loss=mean(value),
-            mean_q=mean(q_mean(q_selected)),
-            min_q=lax.pmin(q_min(q_selected), axis_name) if axis_name else q_min(q_selected),
-            max_q=lax.pmax(q_max(q_selected), axis_name) if axis_name else q_max(q_selected),
-            mean_td_error=mean(mean_td_error),
-            cur_lr=rate,
-            grad_gnorm=optax.tree.norm(grads),
-            td_error=td,
+            loss=mean(record.loss),
+            mean_q=mean(q_mean(q)),
+            min_q=lax.pmin(q_min(q), axis_name) if axis_name else q_min(q),
+            max_q=lax.pmax(q_max(q), axis_name) if axis_name else q_max(q),
+            mean_td_error=mean(record.mean_td_error),
+            cur_lr=record.cur_lr,
+            grad_gnorm=optax.tree.norm(record.grads),
+            td_error=jnp.zeros((0,), jnp.float32),
         )
 
-    def train_step(state: LearnerState, sample: Sample, *, env_steps: Array, key: Array):
-        """One SGD step: the new state and its ``LearnInfo`` (statistics and per-item TD errors).
-
-        A caller that keeps only ``td_error`` leaves the statistics (the gradient norm over
-        every parameter, four reductions of the batch) as dead code that XLA removes: the plan
-        does so on every SGD step but a chunk's last, whose statistics RLlib reports.
-        """
+    def step(state: LearnerState, sample: Sample, *, env_steps: Array, key: Array
+             ) -> tuple[LearnerState, Array, StepRecord]:
+        """One SGD step: the new state, the per-item TD errors ``[B]`` (the priorities' source)
+        and the step's record."""
         (value, (td, q_selected, mean_td_error)), grads = grad_fn(
             state.params, state.target_params, sample.items, sample.weights, key
         )
@@ -294,8 +313,23 @@ def make_train_step(loss: LossConfig, network: QNetwork, optimizer: optax.Gradie
         opt_state = set_learning_rate(state.opt_state, rate)
         updates, opt_state = optimizer.update(grads, opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        info = statistics(value, td, q_selected, mean_td_error, grads, rate)
-        return state._replace(params=params, opt_state=opt_state, num_updates=state.num_updates + 1), info
+        record = StepRecord(loss=value, q_selected=q_selected, mean_td_error=mean_td_error, grads=grads, cur_lr=rate)
+        return state._replace(params=params, opt_state=opt_state, num_updates=state.num_updates + 1), td, record
+
+    return Learn(step=step, statistics=statistics)
+
+
+def make_train_step(loss: LossConfig, network: QNetwork, optimizer: optax.GradientTransformation, *, lr: Any,
+                    lr_schedule: Any = None, gamma: Any = 0.99, axis_name: str | None = None
+                    ) -> Callable[..., tuple[LearnerState, LearnInfo]]:
+    """``train_step(state, sample, *, env_steps, key) -> (state, LearnInfo)``: ``make_learn``'s
+    step with its statistics and per-item TD errors, for one step on its own."""
+    learn = make_learn(loss, network, optimizer, lr=lr, lr_schedule=lr_schedule, gamma=gamma, axis_name=axis_name)
+
+    def train_step(state: LearnerState, sample: Sample, *, env_steps: Array, key: Array
+                   ) -> tuple[LearnerState, LearnInfo]:
+        state, td, record = learn.step(state, sample, env_steps=env_steps, key=key)
+        return state, learn.statistics(record)._replace(td_error=td)
 
     return train_step
 

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 # starts JAX's backends, and force_host_devices / initialize must run before that.
 
 AXIS = "devices"
+RUNS = "runs"  # the vmapped runs' axis (seeds, a sweep's trials x seeds): they step in lockstep
 
 
 class Layout(NamedTuple):
@@ -206,10 +207,10 @@ def global_template(config: DQNConfig, num_devices: int, num_seeds: int | None, 
         plan = (make_plan(config, axis_name=AXIS, num_replicas=num_devices) if data_parallel
                 else make_plan(config, spec=spec))
     if num_devices == 1:
-        return jax.eval_shape(plan.init if num_seeds is None else jax.vmap(plan.init), keys)
+        return jax.eval_shape(plan.start if num_seeds is None else jax.vmap(plan.start), keys)
     if data_parallel:
-        return jax.eval_shape(jax.vmap(plan.init, axis_name=AXIS), keys)
-    return jax.eval_shape(jax.vmap(jax.vmap(plan.init)), keys)
+        return jax.eval_shape(jax.vmap(plan.start, axis_name=AXIS), keys)
+    return jax.eval_shape(jax.vmap(jax.vmap(plan.start)), keys)
 
 
 def unreplicate_global(tree: Any, num_devices: int, num_seeds: int | None) -> Any:
@@ -245,24 +246,24 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
     run_values = {k: np.repeat(v, runs // num_trials) for k, v in values.items()}  # [R]
     layout = make_layout(config, runs, num_trials)
     D, S = layout.num_devices, runs
+    build = dict(before_learn_on_batch=before_learn_on_batch, spec=spec, runs_axis=RUNS if S is not None else None)
     if layout.data_parallel:
         plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, axis_name=AXIS, num_replicas=D)
     else:
-        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, spec=spec)
+        plan = make_plan(config, **build)
     if values:  # a sweep: the plan of each run's trial, built from its traced values
         def traced(v: dict[str, Any]) -> "Plan":
-            return make_plan(config, before_learn_on_batch=before_learn_on_batch, hyper=sweep.hyperparams(config, v),
-                             spec=spec)
+            return make_plan(config, hyper=sweep.hyperparams(config, v), **build)
 
-        init_one = lambda key, v: traced(v).init(key)  # noqa: E731
+        init_one = lambda key, v: traced(v).start(key)  # noqa: E731
         chunk_one = lambda state, v: traced(v).chunk(state)  # noqa: E731
     else:
-        init_one = lambda key, v: plan.init(key)  # noqa: E731
+        init_one = lambda key, v: plan.start(key)  # noqa: E731
         chunk_one = lambda state, v: plan.chunk(state)  # noqa: E731
     host = HostSide.of(layout)
     rows = lambda x: x if D == 1 else x.reshape((D, S // D))  # noqa: E731
     host_values = {k: rows(v) for k, v in run_values.items()}
-    stacked = (lambda f: jax.vmap(f)) if S is not None else (lambda f: f)
+    stacked = (lambda f: jax.vmap(f, axis_name=RUNS)) if S is not None else (lambda f: f)
     if D == 1:
         init_fn, chunk_fn = jax.jit(stacked(init_one)), jax.jit(stacked(chunk_one), donate_argnums=0)
     else:

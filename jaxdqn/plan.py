@@ -12,12 +12,15 @@ priorities -> UpdateTargetNetwork). ``make_plan(config)`` returns them as pure f
   priorities and syncs its target when due; ``policy.replay``);
 - the compiled plan is ``scan(sample -> learn)``: ``chunk(state)`` runs one report's stores
   (about ``timesteps_per_iteration`` env steps) and returns RLlib's result (``metrics``);
-  ``train(key)`` runs ``total_timesteps``; ``init(key)`` builds the state and fills the replay
-  until ``learning_starts`` (stores without replays).
+  ``train(key)`` runs ``total_timesteps``; ``start(key)`` builds the state, and the first chunk
+  fills the replay until ``learning_starts`` (stores without replays) before its own stores
+  (``init(key)``: a state with the warm-up done, for step-by-step use).
 
-The schedule (``jaxdqn.schedule``) says how many replays follow each store. Only a chunk's last
-replay computes the learner statistics RLlib reports (a static peel; XLA drops the others'
-dozen small kernels as dead code: docs/benchmarks.md).
+The schedule (``jaxdqn.schedule``) says how many replays follow each store. A chunk is one loop
+of rounds (its warm-up's included), so its program compiles ``sample``, ``store`` and
+``replay`` once each. Only a chunk's last SGD step's learner statistics are computed, as RLlib
+reports them: every step leaves its unreduced record, the loop carries the latest, and the
+report reduces it (the others' dozen small kernels never run: docs/benchmarks.md).
 
 One plan for every variant: as in RLlib, a single agent is a multi-agent run with one policy,
 ``default_policy``, so learners, buffers and learner statistics are dicts keyed by policy (by
@@ -29,7 +32,7 @@ Data parallelism: with ``axis_name`` (the plan then runs inside ``parallel``'s `
 ``num_replicas = D``, each replica steps ``num_envs / D`` environments into its own replay
 shard of ``buffer_size / D`` items and replays ``train_batch_size / D`` of them; gradients and
 learner statistics are averaged over the axis, so params, targets and counters (the totals of
-all replicas, as RLlib's) are the same on every replica. ``init`` draws the networks from the
+all replicas, as RLlib's) are the same on every replica. ``start`` draws the networks from the
 shared key and everything else from the key folded with the replica index.
 
 Sweeps: ``hyper`` (a ``config.Hyperparams``, traced under ``vmap``) replaces the config's numbers
@@ -50,7 +53,7 @@ from jaxdqn import atari, evaluation, exploration, metrics, multiagent, policy, 
 from jaxdqn import worker as worker_
 from jaxdqn._platform import plan_key
 from jaxdqn.config import DQNConfig, Hyperparams
-from jaxdqn.learner import LearnerState, LearnInfo
+from jaxdqn.learner import LearnerState, LearnInfo, StepRecord
 from jaxdqn.networks import QNetwork
 from jaxdqn.policy import BatchHook
 from jaxdqn.schedule import Schedule, count_chunks, make_schedule, pay
@@ -71,13 +74,14 @@ class TrainState(NamedTuple):
 class Plan(NamedTuple):
     """The pure pieces of one config's execution plan (see the module docstring)."""
 
-    init: Callable[[Array], TrainState]
+    start: Callable[[Array], TrainState]  # fresh: the first chunk runs the warm-up (what runners compile)
+    init: Callable[[Array], TrainState]  # start + the warm-up stores
     sample: Callable[[TrainState], tuple[TrainState, Items]]
     learn: Callable[..., tuple[TrainState, dict[str, LearnInfo]]]  # (state, items, replays=None)
     store: Callable[[TrainState, Items], TrainState]
-    replay: Callable[[TrainState], TrainState]  # one replay round, learner statistics kept
-    iteration: Callable[[TrainState, Any], tuple[TrainState, None]]  # one schedule period, every replay reporting
-    chunk: Callable[[TrainState], tuple[TrainState, dict[str, Array]]]
+    replay: Callable[[TrainState], TrainState]  # one replay round, its learner statistics reported
+    iteration: Callable[[TrainState, Any], tuple[TrainState, None]]  # one schedule period (its last step's statistics)
+    chunk: Callable[..., tuple[TrainState, dict[str, Array]]]  # (state, clock=None)
     train: Callable[[Array], tuple[TrainState, dict[str, Array]]]
     evaluate: Callable[..., evaluation.Evaluation]  # (params: policy id -> params, key, eps=0.0)
     act: Callable[..., Any]  # (params: policy id -> params, obs [B, *obs], policy_id, memory=None) -> [B]
@@ -153,11 +157,23 @@ def params_finite(state: TrainState) -> Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
 
 
+class Ops(NamedTuple):
+    """The plan's two ops (see the module docstring), the store side split into sampling a
+    fragment (``take`` its steps from any source) and storing its items, and the learner
+    statistics of a replay's records."""
+
+    epsilon: Callable[[TrainState], Array]  # the behaviour policy's, from the counters
+    sample: Callable[[TrainState], tuple[TrainState, Items]]
+    take: Callable[..., tuple[TrainState, Items]]  # (state, raw [F, E], episodes [F, E])
+    store: Callable[[TrainState, Items], TrainState]
+    replay: Callable[[TrainState], tuple[TrainState, dict[str, StepRecord]]]
+    report: Callable[..., TrainState]  # (state, records, num_updates before) -> metrics.learner set
+    blank: Callable[[TrainState], dict[str, StepRecord]]  # zero records (a loop carry's start)
+
+
 def make_ops(config: DQNConfig, hyper: Hyperparams, worker: worker_.Worker, schedule: Schedule, num_envs: int,
-             batch_size: int, hook: BatchHook | None) -> tuple[Callable, ...]:
-    """``(epsilon, sample, take, store, replay)``: the plan's two ops (see the module docstring),
-    the store side split into sampling a fragment (``take`` its steps from any source) and
-    storing its items."""
+             batch_size: int, hook: BatchHook | None) -> Ops:
+    """The ``Ops`` of one config's plan."""
     replayed = tuple(b for b in worker.buffers if any(worker.policies[p].buffer_id == b for p in worker.trained))
     beta_points = [(0, hyper.prioritized_replay_beta),
                    (hyper.prioritized_replay_beta_annealing_timesteps, hyper.final_prioritized_replay_beta)]
@@ -186,38 +202,68 @@ def make_ops(config: DQNConfig, hyper: Hyperparams, worker: worker_.Worker, sche
             buffer[b] = worker.buffers[b].add(buffer[b], stored, mask)
         return state._replace(buffer=buffer)
 
-    def replay(state: TrainState, statistics: bool = True) -> TrainState:
-        """One replay round of every trained policy; with ``statistics`` (static) its learner
-        statistics go to ``metrics.learner``, else those stay an earlier round's."""
+    def replay(state: TrainState) -> tuple[TrainState, dict[str, StepRecord]]:
+        """One replay round of every trained policy, and each one's SGD step record (reduced to
+        the learner statistics only where a report shows them: ``report_statistics``)."""
         key, *keys = jax.random.split(state.key, 1 + len(replayed) + len(worker.trained))
         sample_keys = dict(zip(replayed, keys))
         sampled = state.metrics.num_steps_sampled
         beta = exploration.piecewise_linear(beta_points, sampled)
-        learners, buffer, infos, synced = dict(state.learner), dict(state.buffer), dict(state.metrics.learner), []
+        learners, buffer, records, synced = dict(state.learner), dict(state.buffer), {}, []
         for pid, train_key in zip(worker.trained, keys[len(replayed):]):
             bundle = worker.policies[pid]
             b = bundle.buffer_id
-            learners[pid], buffer[b], info, done = policy.replay(
+            learners[pid], buffer[b], records[pid], done = policy.replay(
                 bundle, learners[pid], buffer[b], sample_key=sample_keys[b], train_key=train_key,
                 batch_size=batch_size, beta=beta, env_steps=sampled, hook=hook)
             synced.append(done)
-            if statistics:
-                infos[pid] = info._replace(td_error=jnp.zeros((0,), jnp.float32))
         m = state.metrics
         m = m._replace(num_steps_trained=m.num_steps_trained + config.train_batch_size * config.sequence_length,
                        num_target_updates=m.num_target_updates + functools.reduce(operator.or_, synced).astype(jnp.int32),
                        last_target_update_ts=functools.reduce(jnp.maximum, [learners[p].last_target_update
-                                                                            for p in worker.trained]),
-                       learner=infos)
-        return state._replace(learner=learners, buffer=buffer, metrics=m, key=key)
+                                                                            for p in worker.trained]))
+        return state._replace(learner=learners, buffer=buffer, metrics=m, key=key), records
 
-    return epsilon, sample, take, store, replay
+    def report(state: TrainState, records: dict[str, StepRecord], updates: dict[str, Array]) -> TrainState:
+        """``metrics.learner``: the statistics of each trained policy's last SGD step
+        (``records``); a policy that took no step since it had ``updates`` keeps its earlier ones."""
+        infos = dict(state.metrics.learner)
+        for pid in worker.trained:
+            stepped = state.learner[pid].num_updates != updates[pid]
+            new = worker.policies[pid].learn.statistics(records[pid])
+            infos[pid] = jax.tree_util.tree_map(lambda a, b: jnp.where(stepped, a, b), new, infos[pid])
+        return state._replace(metrics=state.metrics._replace(learner=infos))
+
+    def blank(state: TrainState) -> dict[str, StepRecord]:
+        """Zero records of every trained policy, shaped as ``replay``'s."""
+        return {pid: policy.blank_record(worker.policies[pid], state.learner[pid].params,
+                                         state.buffer[worker.policies[pid].buffer_id], state.key, batch_size)
+                for pid in worker.trained}
+
+    return Ops(epsilon, sample, take, store, replay, report, blank)
+
+
+def replay_reported(ops: Ops, state: TrainState) -> TrainState:
+    """One replay round with its learner statistics reported (``Plan.replay``)."""
+    updates = {pid: ls.num_updates for pid, ls in state.learner.items()}
+    return ops.report(*ops.replay(state), updates)
+
+
+def host_fragment(state: TrainState, length: int, num_envs: int) -> tuple[rollout.RawStep, rollout.Episodes]:
+    """A fragment's shapes as the host gives it (zeros): ``take``'s input."""
+    raw = jax.tree_util.tree_map(lambda x: jnp.zeros((length,) + x.shape[1:], x.dtype), state.actor.pending)
+    flags = (length, num_envs)
+    return raw, rollout.Episodes(done=jnp.zeros(flags, bool), episode_return=jnp.zeros(flags, jnp.float32),
+                                 episode_length=jnp.zeros(flags, jnp.int32))
 
 
 def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = None, axis_name: str | None = None,
-              num_replicas: int = 1, hyper: Hyperparams | None = None, spec: Any = None) -> Plan:
+              num_replicas: int = 1, hyper: Hyperparams | None = None, spec: Any = None,
+              runs_axis: str | None = None) -> Plan:
     """The ``Plan`` for ``config``; with ``axis_name``, one replica of ``num_replicas``; with
-    ``hyper``, those numbers in place of the config's (see the module docstring). ``init``
+    ``hyper``, those numbers in place of the config's (see the module docstring); with
+    ``runs_axis``, one of runs vmapped over that axis name, in lockstep (seeds, trials: their
+    counters are equal, and the loops read their counts once across the axis). ``start``
     draws from ``plan_key(key, config.prng_impl)``."""
     if num_replicas > 1 and axis_name is None:
         raise ValueError(f"num_replicas={num_replicas} needs the axis_name of the device axis")
@@ -237,23 +283,16 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
                              training_intensity=config.training_intensity, learning_starts=config.learning_starts,
                              timesteps_per_iteration=config.timesteps_per_iteration,
                              primed_steps=primed * config.num_envs)
-    epsilon, sample, take, store, replay = make_ops(config, hyper, worker, schedule, num_envs, batch_size,
-                                                    before_learn_on_batch)
-    learn, iteration, run_chunk = make_loops(schedule, sample, store, replay)
+    ops = make_ops(config, hyper, worker, schedule, num_envs, batch_size, before_learn_on_batch)
+    epsilon, sample, take, store = ops.epsilon, ops.sample, ops.take, ops.store
+    lockstep = (lambda x: lax.pmax(x, runs_axis)) if runs_axis is not None else (lambda x: x)  # noqa: E731
+    learn, iteration, run_chunk = make_loops(schedule, ops, lockstep)
     ring = metrics.ring_size(config.metrics_smoothing_episodes,
                              schedule.max_chunk_stores * schedule.steps_per_store + schedule.warmup_steps, num_replicas)
     gather = metrics.gatherer(axis_name)
 
-    def host_fragment(state: TrainState) -> tuple[rollout.RawStep, rollout.Episodes]:
-        """A fragment's shapes as the host gives it (zeros): ``take``'s input."""
-        length, zeros = config.rollout_fragment_length, lambda shape, dtype: jnp.zeros(shape, dtype)  # noqa: E731
-        raw = jax.tree_util.tree_map(lambda x: zeros((length,) + x.shape[1:], x.dtype), state.actor.pending)
-        flags = (length, num_envs)
-        return raw, rollout.Episodes(done=zeros(flags, bool), episode_return=zeros(flags, jnp.float32),
-                                     episode_length=zeros(flags, jnp.int32))
-
-    def init(key: Array) -> TrainState:
-        """Fresh learners, empty buffers, primed actors, then the warm-up stores."""
+    def start(key: Array) -> TrainState:
+        """Fresh learners, empty buffers and primed actors: the first ``chunk`` runs the warm-up."""
         key = plan_key(key, config.prng_impl)
         learner_key, key = jax.random.split(key)  # the networks: the same on every replica
         if axis_name is not None:
@@ -265,7 +304,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
         learners = {pid: policy.init(worker.policies[pid], k) for pid, k in zip(pids, learner_keys)}
         state = TrainState(learner=learners, buffer={}, actor=actor, key=key, replay_credit=jnp.zeros((), jnp.int32),
                            metrics=metrics.init(ring, worker.agents_per_policy, worker.trained))
-        items = jax.eval_shape(lambda s: (take(s, *host_fragment(s)) if host else sample(s))[1], state)  # one item
+        items = jax.eval_shape(lambda s: (take(s, *host_fragment(s, config.rollout_fragment_length, num_envs)) if host
+                                          else sample(s))[1], state)  # one item
         state = state._replace(buffer={b: worker.buffers[b].init(jax.tree_util.tree_map(
             lambda s: jnp.zeros(s.shape[1:], s.dtype), stored)) for b, (stored, _) in items.items()})
         if host:  # the host steps the envs: it primes and runs the warm-up stores (``take``)
@@ -276,12 +316,18 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
                                             worker.view)
             m = metrics.record_episodes(state.metrics, episodes, worker.policy_episodes(episodes))
             state = state._replace(actor=actor, metrics=m._replace(num_steps_sampled=jnp.int32(primed * config.num_envs)))
-        return repeat(lambda s: store(*sample(s)), state, schedule.warmup_stores)
+        return state
 
-    def chunk(state: TrainState) -> tuple[TrainState, dict[str, Array]]:
+    def init(key: Array) -> TrainState:
+        """``start``, then the warm-up stores (a state ready for ``iteration``)."""
+        state = start(key)
+        return state if host else repeat(lambda s: store(*sample(s)), state, schedule.warmup_stores)
+
+    def chunk(state: TrainState, clock: Any = None) -> tuple[TrainState, dict[str, Array]]:
         """The env steps up to the next report (``Schedule.chunk_stores``: RLlib's
-        ``OncePerTimestepsElapsed``) and the report (``metrics.close_report``: RLlib's result)."""
-        return close(run_chunk(state))
+        ``OncePerTimestepsElapsed``) and the report (``metrics.close_report``: RLlib's result);
+        ``clock``: the state's counters where the caller knows them (``make_loops``)."""
+        return close(run_chunk(state, clock))
 
     def close(state: TrainState) -> tuple[TrainState, dict[str, Array]]:
         """The report of the steps since the last one (``metrics.close_report``)."""
@@ -300,84 +346,87 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
 
     def train(key: Array) -> tuple[TrainState, dict[str, Array]]:
         """``total_timesteps`` env steps, the warm-up's included (rounded up to whole chunks); the
-        reports are stacked per chunk."""
-        return lax.scan(lambda s, _: chunk(s), init(key), None, length=chunks)
+        reports are stacked per chunk. The chunks' counters are known ahead: their loop counts
+        stay constants under a user's ``vmap`` (seeds)."""
+        clocks = tuple(jnp.asarray(c) for c in schedule.chunk_clocks(chunks).T)
+        return lax.scan(lambda s, clock: chunk(s, clock), start(key), clocks)
 
-    return Plan(init=init, sample=sample, learn=learn, store=store, replay=replay, iteration=iteration, chunk=chunk,
+    return Plan(start=start, init=init, sample=sample, learn=learn, store=store, replay=functools.partial(replay_reported, ops),
+                iteration=iteration, chunk=chunk,
                 train=train, evaluate=worker.evaluate, act=worker.act, schedule=schedule, worker=worker,
                 num_chunks=chunks, take=take, close=close, explore=explore)
 
 
-def make_loops(schedule: Schedule, sample: Callable, store: Callable, replay: Callable
-               ) -> tuple[Callable, Callable, Callable]:
-    """``(learn, iteration, run_chunk)`` of ``schedule`` over the plan's ops.
+def make_loops(schedule: Schedule, ops: Ops, lockstep: Callable[[Array], Array]) -> tuple[Callable, Callable, Callable]:
+    """``(learn, iteration, run_chunk)`` of ``schedule`` over the plan's ``ops``, each program
+    holding one copy of ``sample``, ``store`` and ``replay`` (compile time grows with every copy).
 
-    ``learn(state, items, replays=None)``: store, then ``replays`` replays (an int, a traced
-    count, or None: what the carried credit pays for), the last one reporting its statistics.
-    ``iteration(state, _)``: one period of the schedule, every replay reporting.
-    ``run_chunk(state)``: the rounds of ``sample -> learn`` up to the next report (a count
-    traced from the state's counters, ``Schedule.chunk_stores``: one program for the first
-    chunk and the later ones) in which only the chunk's last replay computes the statistics: a
-    static pattern peels its last round (a chunk ends at a store with a replay); in a credit
-    schedule the last replay depends on the credit, so each replay picks the reporting or the
-    quiet form with a ``lax.cond`` on whether any replay follows in the chunk.
+    A round is ``sample -> store`` and the replays after that store. ``replay(state) -> (state,
+    records)`` leaves each policy's SGD step record; the loops carry the latest and ``report``
+    reduces it to the learner statistics once, at the end: only the last SGD step's
+    statistics are ever computed, as RLlib reports them (``blank(state)``: zero records, the
+    carry's start; a policy that took no step keeps its earlier statistics).
+
+    ``learn(state, items, count=None)``: store, then ``count`` replays (an int, a traced count,
+    or None: what the carried credit pays for).
+    ``iteration(state, _)``: one period of the schedule (from a period's start).
+    ``run_chunk(state, clock=None)``: the rounds up to the next report (``Schedule.chunk_stores``),
+    the warm-up's stores first where the state has not run them (a fresh state: one program
+    for the first chunk and the later ones). The counts come from the state's counters, read
+    through ``lockstep`` (the same in every vmapped run: a loop count that differs per run would
+    make every trip select the whole state), or from ``clock`` (``(sampled, sampled at the last
+    report)``, where the caller knows them: ``train``'s, computed ahead).
     """
-    p, q = schedule.replays, schedule.stores
-    quiet = functools.partial(replay, statistics=False)
+    sample, store, replay, report, blank = ops.sample, ops.store, ops.replay, ops.report, ops.blank
+    q = schedule.stores
+    counts = schedule.replay_counts(q)
+    constant = len(set(counts.tolist())) == 1  # p / 1: the same count after every store
 
-    def replays(state: TrainState, count: Any, last_reports: bool) -> TrainState:
-        if not last_reports:
-            return repeat(quiet, state, count)
-        if isinstance(count, int):
-            return replay(repeat(quiet, state, count - 1)) if count else state
-        return lax.fori_loop(jnp.int32(0), count, lambda i, s: lax.cond(i == count - 1, replay, quiet, s), state)
+    def replays(carry: tuple[TrainState, Any], count: Any) -> tuple[TrainState, Any]:
+        return repeat(lambda c: replay(c[0]), carry, count)
 
-    def credit_round(state: TrainState, remaining: Any = None) -> TrainState:
-        """A store and the replays its credit pays for, the last reporting; with ``remaining``
-        (rounds left in the chunk), only if no later round of the chunk pays for a replay."""
-        state = store(*sample(state))
+    def pay_credit(state: TrainState, warming: Any = False) -> tuple[TrainState, Any]:
+        """The replays the credit pays for after a store (none while ``warming``), and the state
+        with the credit left."""
         count, credit = pay(state.replay_credit, schedule)
-        state = state._replace(replay_credit=credit.astype(jnp.int32))
-        if remaining is None:
-            return replays(state, count, True)
-        last = remaining < (q - credit + p - 1) // p  # credit + remaining * p < q: no later replay
-        return lax.fori_loop(jnp.int32(0), count, lambda i, s: lax.cond(last & (i == count - 1), replay, quiet, s),
-                             state)
+        credit = jnp.where(warming, state.replay_credit, credit).astype(jnp.int32)
+        return state._replace(replay_credit=credit), lockstep(jnp.where(warming, 0, count))
+
+    def run_rounds(state: TrainState, n: Any, warm: Any, phase: Any) -> TrainState:
+        """``n`` rounds, the first ``warm`` without replays (the warm-up), the others with the
+        schedule's count from ``phase``; the last SGD step's statistics reported."""
+        table = jnp.asarray(counts)
+
+        def round_(i: Array, carry: tuple[TrainState, Any]) -> tuple[TrainState, Any]:
+            state = store(*sample(carry[0]))
+            warming = i < warm
+            if schedule.credit:
+                state, count = pay_credit(state, warming)
+            else:
+                count = jnp.where(warming, 0, int(counts[0]) if constant else table[(phase + i - warm) % q])
+            return replays((state, carry[1]), count)
+
+        updates = {pid: ls.num_updates for pid, ls in state.learner.items()}
+        state, records = lax.fori_loop(jnp.int32(0), n, round_, (state, blank(state)))
+        return report(state, records, updates)
 
     def learn(state: TrainState, items: Items, count: Any = None) -> tuple[TrainState, dict[str, LearnInfo]]:
+        updates = {pid: ls.num_updates for pid, ls in state.learner.items()}
         state = store(state, items)
         if count is None:
-            count, credit = pay(state.replay_credit, schedule)
-            state = state._replace(replay_credit=credit.astype(jnp.int32))
-        state = replays(state, count, True)
+            state, count = pay_credit(state)
+        state = report(*replays((state, blank(state)), count), updates)
         return state, state.metrics.learner
 
-    def rounds(state: TrainState, counts: Any, last_reports: bool) -> TrainState:
-        """One ``sample -> learn`` round per entry of ``counts`` (the replays after each store)."""
-        if len(set(counts.tolist())) == 1:  # p / 1: the same static count after every store
-            return repeat(lambda s: replays(store(*sample(s)), int(counts[0]), last_reports), state, len(counts))
-        return lax.scan(lambda s, c: (replays(store(*sample(s)), c, last_reports), None), state,
-                        jnp.asarray(counts))[0]
-
     def iteration(state: TrainState, _: Any = None) -> tuple[TrainState, None]:
-        if schedule.credit:
-            return credit_round(state), None
-        return rounds(state, schedule.replay_counts(q), True), None
+        return run_rounds(state, schedule.period, 0, lockstep(schedule.phase(state.metrics.num_steps_sampled))), None
 
-    def run_chunk(state: TrainState) -> TrainState:
+    def run_chunk(state: TrainState, clock: Any = None) -> TrainState:
         m = state.metrics
-        n = schedule.chunk_stores(m.num_steps_sampled, m.num_steps_sampled - m.sampled_at_report,
-                                  jnp.asarray(schedule.gaps)).astype(jnp.int32)
-        if schedule.credit:
-            return lax.fori_loop(jnp.int32(0), n, lambda i, s: credit_round(s, n - 1 - i), state)
-        counts = schedule.replay_counts(q)
-        if len(set(counts.tolist())) == 1:  # p / 1: the same static count after every store
-            state = repeat(lambda s: replays(store(*sample(s)), int(counts[0]), False), state, n - 1)
-            return replays(store(*sample(state)), int(counts[0]), True)
-        table, phase = jnp.asarray(counts), schedule.phase(m.num_steps_sampled)
-        state = lax.fori_loop(jnp.int32(0), n - 1,
-                              lambda i, s: replays(store(*sample(s)), table[(phase + i) % q], False), state)
-        state = store(*sample(state))  # the chunk's last store has a replay: its last one reports
-        return replay(repeat(quiet, state, table[(phase + n - 1) % q] - 1))
+        sampled, at_report = (lockstep(m.num_steps_sampled), lockstep(m.sampled_at_report)) if clock is None else clock
+        warm = schedule.warmup_left(sampled)
+        after = sampled + warm * schedule.steps_per_store  # the steps sampled once the warm-up is done
+        n = warm + schedule.chunk_stores(after, after - at_report, jnp.asarray(schedule.gaps))
+        return run_rounds(state, n.astype(jnp.int32), warm, schedule.phase(after))
 
     return learn, iteration, run_chunk

@@ -33,7 +33,7 @@ class Policy(NamedTuple):
     hyper: Hyperparams  # its numbers (traced in a sweep)
     network: QNetwork
     optimizer: optax.GradientTransformation
-    train_step: Callable[..., tuple[learner.LearnerState, learner.LearnInfo]]
+    learn: learner.Learn  # its SGD step and the statistics of a step's record
     buffer: ReplayBuffer  # what it samples and writes priorities to
     buffer_id: str  # the train state's buffer that ``buffer`` reads (policies may share one)
     obs: jax.ShapeDtypeStruct  # one observation
@@ -46,9 +46,9 @@ def make_policy(config: DQNConfig, hyper: Hyperparams, obs: jax.ShapeDtypeStruct
     network = QNetwork(num_actions, config.model, config.head)
     optimizer = learner.make_optimizer(config.optimizer, lr=hyper.lr, adam_epsilon=hyper.adam_epsilon,
                                        grad_clip=hyper.grad_clip, grad_clip_mode=config.grad_clip_mode)
-    train_step = learner.make_train_step(config.loss, network, optimizer, lr=hyper.lr, lr_schedule=config.lr_schedule,
-                                         gamma=hyper.gamma, axis_name=axis_name)
-    return Policy(config=config, hyper=hyper, network=network, optimizer=optimizer, train_step=train_step,
+    learn = learner.make_learn(config.loss, network, optimizer, lr=hyper.lr, lr_schedule=config.lr_schedule,
+                               gamma=hyper.gamma, axis_name=axis_name)
+    return Policy(config=config, hyper=hyper, network=network, optimizer=optimizer, learn=learn,
                   buffer=buffer, buffer_id=buffer_id, obs=obs)
 
 
@@ -86,17 +86,28 @@ def greedy(policy: Policy, params: Any, obs: Array, memory: Any = None) -> Any:
     return exploration.greedy(q) if memory is None else (exploration.greedy(q), state)
 
 
+def blank_record(policy: Policy, params: Any, buffer: Any, key: Array, batch_size: int) -> learner.StepRecord:
+    """A zero ``StepRecord`` shaped as ``replay``'s from ``buffer`` (only the buffer's draw is
+    traced, for the batch it gives: a lockstep policy trains on every agent it maps)."""
+    weights = jax.eval_shape(lambda b, k: policy.buffer.sample(b, k, batch_size, 1.0).weights, buffer, key)
+    lengths = (policy.config.sequence_length,) if policy.config.model.use_lstm else ()
+    zero = jnp.zeros((), jnp.float32)
+    return learner.StepRecord(loss=zero, q_selected=jnp.zeros(weights.shape + lengths, jnp.float32),
+                              mean_td_error=zero, grads=jax.tree_util.tree_map(jnp.zeros_like, params), cur_lr=zero)
+
+
 def replay(policy: Policy, state: learner.LearnerState, buffer: Any, *, sample_key: Array, train_key: Array,
            batch_size: int, beta: Array, env_steps: Array, hook: BatchHook | None = None
-           ) -> tuple[learner.LearnerState, Any, learner.LearnInfo, Array]:
-    """One replay step: ``(learner state, buffer state, LearnInfo, synced)``. Policies sharing a
-    buffer with the same ``sample_key`` train on the same sampled steps (lockstep replay)."""
+           ) -> tuple[learner.LearnerState, Any, learner.StepRecord, Array]:
+    """One replay step: ``(learner state, buffer state, the SGD step's record, synced)``.
+    Policies sharing a buffer with the same ``sample_key`` train on the same sampled steps
+    (lockstep replay)."""
     sample = policy.buffer.sample(buffer, sample_key, batch_size, beta)
     hook_key, step_key = jax.random.split(train_key)
     if hook is not None:
         sample = hook(sample, hook_key)
-    state, info = policy.train_step(state, sample, env_steps=env_steps, key=step_key)
-    buffer = policy.buffer.update(buffer, sample.indices, info.td_error)
+    state, td_error, record = policy.learn.step(state, sample, env_steps=env_steps, key=step_key)
+    buffer = policy.buffer.update(buffer, sample.indices, td_error)
     state, synced = learner.sync_target(state, env_steps, target_network_update_freq=policy.hyper.target_network_update_freq,
                                         tau=policy.hyper.tau)
-    return state, buffer, info, synced
+    return state, buffer, record, synced

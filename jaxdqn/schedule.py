@@ -81,6 +81,13 @@ class Schedule(NamedTuple):
         env steps are sampled (a Python or traced int)."""
         return (sampled - self.warmup_steps) // self.steps_per_store % self.period
 
+    def warmup_left(self, sampled: Any) -> Any:
+        """Warm-up stores still to run once ``sampled`` env steps are sampled (a Python or
+        traced int): all of them in a fresh state (only the n-step look-ahead sampled)."""
+        primed = self.warmup_steps - self.warmup_stores * self.steps_per_store
+        left = self.warmup_stores - (sampled - primed) // self.steps_per_store
+        return max(0, left) if isinstance(left, int) else left.clip(0)
+
     def chunk_stores(self, sampled: Any, since_report: Any, gaps: Any = None) -> Any:
         """Stores of the chunk that starts once ``sampled`` env steps are sampled,
         ``since_report`` of them since the last report (a Python or traced int; ``gaps``: the
@@ -89,6 +96,17 @@ class Schedule(NamedTuple):
         fewest = max(1, fewest) if isinstance(fewest, int) else fewest.clip(1)
         gaps = self.gaps if gaps is None else gaps
         return fewest + gaps[(self.phase(sampled) + fewest - 1) % self.period]
+
+    def chunk_clocks(self, chunks: int) -> np.ndarray:
+        """``[chunks, 2]`` int32: the env steps sampled, and sampled at the last report, as each
+        of the first ``chunks`` chunks of a fresh run starts (its n-step look-ahead primed)."""
+        clocks, sampled, at_report = [], self.warmup_steps - self.warmup_stores * self.steps_per_store, 0
+        for _ in range(chunks):
+            clocks.append((sampled, at_report))
+            after = sampled + self.warmup_left(sampled) * self.steps_per_store
+            sampled = after + self.chunk_stores(after, after - at_report) * self.steps_per_store
+            at_report = sampled
+        return np.array(clocks, np.int32).reshape(chunks, 2)
 
     def replay_counts(self, count: int) -> np.ndarray:
         """The replays after each of ``count`` stores from a period's start (static pattern)."""

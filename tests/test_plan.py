@@ -9,7 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdqn import DQNConfig, ModelConfig, SimpleQConfig, Trainer
+from unittest import mock
+
+from jaxdqn import DQNConfig, ModelConfig, SimpleQConfig, Trainer, parallel, policy, rollout
 from jaxdqn._platform import plan_key
 from jaxdqn.plan import make_plan, make_train
 
@@ -175,6 +177,77 @@ def test_the_chunk_traces_once_and_donates_the_state():
         state, report = traced(state)
         assert old.is_deleted()
     assert int(report["num_steps_sampled"]) > 3 * 200
+
+
+@pytest.mark.parametrize("training_intensity, n_step, prioritized", [
+    (None, 1, False), (12.0, 3, True), (0.77, 1, True), (13.37, 2, False)])
+def test_a_chunk_compiles_each_op_once_and_a_fresh_state_runs_the_warm_up_first(training_intensity, n_step,
+                                                                                 prioritized):
+    """The program of a chunk holds one copy of the env fragment, the store and the replay (each
+    traced once while tracing it; ``start`` stores and replays nothing), whatever the schedule (one replay per
+    store, a static pattern p / q, a credit); and the first chunk from ``start`` (the warm-up's
+    stores as its first rounds) equals the chunk after ``init`` (start + the warm-up stores):
+    same state, same report."""
+    config = DQNConfig(**{**PLAIN, "training_intensity": training_intensity, "n_step": n_step,
+                          "prioritized_replay": prioritized, "learning_starts": 150})
+    plan = make_plan(config)
+    assert plan.schedule.warmup_stores > 0
+    calls = {"run_steps": 0, "add": 0, "replay": 0}
+    buffer = plan.worker.buffers["default_policy"]
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    with mock.patch.object(rollout, "run_steps", counted("run_steps", rollout.run_steps)), \
+            mock.patch.object(policy, "replay", counted("replay", policy.replay)):
+        plan = make_plan(config)
+        buffer = plan.worker.buffers["default_policy"]
+        plan.worker.buffers["default_policy"] = buffer._replace(add=counted("add", buffer.add))
+        state = jax.eval_shape(plan.start, jax.random.key(0))
+        assert calls["add"] == calls["replay"] == 0  # (its fragment's shapes are traced, not compiled)
+        calls.update(run_steps=0)
+        jax.jit(plan.chunk).trace(state)
+        assert calls == {"run_steps": 1, "add": 1, "replay": 1}
+    fresh, fresh_report = jax.jit(plan.chunk)(jax.jit(plan.start)(jax.random.key(5)))
+    warm, warm_report = jax.jit(plan.chunk)(jax.jit(plan.init)(jax.random.key(5)))
+    assert int(fresh_report["num_steps_trained"]) > 0
+    jax.tree_util.tree_map(np.testing.assert_array_equal, fresh_report, warm_report)
+    for x, y in zip(jax.tree_util.tree_leaves(fresh), jax.tree_util.tree_leaves(warm), strict=True):
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x, y = jax.random.key_data(x), jax.random.key_data(y)
+        np.testing.assert_array_equal(x, y)
+
+
+def loops_per_run(jaxpr):
+    """The while loops of a jaxpr (nested ones included) whose condition is a batch of
+    predicates: loops that run once per vmapped run, selecting the whole carry on every trip."""
+    found = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "while":
+            found += eqn.params["cond_jaxpr"].jaxpr.outvars[0].aval.shape != ()
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            found += loops_per_run(sub)
+    return found
+
+
+@pytest.mark.parametrize("training_intensity", [None, 0.77, 13.37])
+def test_vmapped_runs_loop_in_lockstep(training_intensity):
+    """Vmapped seeds step in lockstep, so the plan's loops run once for all of them: ``train``
+    computes its chunks' counters ahead, a runner's chunk reads them once across the runs' axis.
+    (A loop count that differs per run makes JAX run the loop per run, selecting the whole state,
+    replay buffers included, on every trip.)"""
+    config = DQNConfig(**{**PLAIN, "training_intensity": training_intensity})
+    keys = jax.random.split(jax.random.key(0), 3)
+    assert loops_per_run(jax.make_jaxpr(jax.vmap(make_train(config)))(keys).jaxpr) == 0
+    runner = parallel.make_runner(config, 3)
+    states = runner.template()
+    chunk = jax.vmap(runner.plan.chunk, axis_name=parallel.RUNS)
+    assert loops_per_run(jax.make_jaxpr(chunk)(states).jaxpr) == 0
+    unlocked = jax.vmap(make_plan(config).chunk)  # the same chunk, its counters read per run
+    assert loops_per_run(jax.make_jaxpr(unlocked)(states).jaxpr) > 0
 
 
 def test_vmapped_seeds_train_independently():
