@@ -11,7 +11,9 @@ a copy, a dot, a scatter, an unfused elementwise op, ...); parameters, constants
 bitcasts are not. A ``call`` or ``conditional`` counts what it calls (a conditional its largest
 branch); a nested loop is listed on its own with its trip count, and its launches count in
 its parent's trips. Two totals: with the nested loops (on XLA:CPU each threefry draw is a loop
-of 5 rounds) and the loop body alone (closer to a GPU, where a draw is one fused kernel). Usage::
+of 5 rounds) and the loop body alone (closer to a GPU, where a draw is one fused kernel): a
+nested loop of a fixed trip count counts as one kernel there, one of a traced count (the plan's
+replays after each store, one here) as its own body. Usage::
 
     python scripts/count_kernels.py [--platform cpu] [--prioritized] [--json FILE]
 """
@@ -71,8 +73,13 @@ def count(comps: dict[str, list[tuple[str, str, str]]], name: str, loops: list[d
             loop["body_kernels"] = count(comps, called["body"], inner, depth + 1)
             loop["condition_kernels"] = count(comps, called["condition"], inner, depth + 1)
             # a trip's launches: its body and condition, and each nested loop's whole run
+            children = [child for child in inner if child["depth"] == depth + 2]
             loop["kernels_per_trip"] = loop["body_kernels"] + loop["condition_kernels"] + sum(
-                child["kernels_per_trip"] * (child["trip_count"] or 1) for child in inner if child["depth"] == depth + 2)
+                child["kernels_per_trip"] * (child["trip_count"] or 1) for child in children)
+            # as a GPU runs it: a nested loop of a fixed trip count (a threefry draw's rounds) is
+            # one fused kernel; one of a traced count (the replays after a store) runs its body
+            loop["fused_kernels_per_trip"] = loop["body_kernels"] + loop["condition_kernels"] + sum(
+                1 if child["trip_count"] else child["fused_kernels_per_trip"] for child in children)
             loops.extend(inner)
         elif opcode == "call":
             total += sum(count(comps, c, loops, depth) for c in CALLED.findall(rest))
@@ -91,7 +98,7 @@ def loop_counts(compiled_text: str) -> list[dict[str, Any]]:
     loops: list[dict[str, Any]] = []
     entry_kernels = count(comps, entry, loops, 0)
     return [{"while": "(entry)", "depth": 0, "trip_count": 1, "body_kernels": entry_kernels,
-             "condition_kernels": 0, "kernels_per_trip": entry_kernels}] + loops
+             "condition_kernels": 0, "kernels_per_trip": entry_kernels, "fused_kernels_per_trip": entry_kernels}] + loops
 
 
 def main() -> None:
@@ -131,7 +138,7 @@ def main() -> None:
     # per trip, its nested loops' launches included (XLA:CPU runs each threefry draw as a loop).
     per_iteration = {name: max((loop["kernels_per_trip"] for loop in loops if loop["depth"] == 1), default=0)
                      for name, loops in out["programs"].items()}
-    body_only = {name: max((loop["body_kernels"] + loop["condition_kernels"] for loop in loops
+    body_only = {name: max((loop["fused_kernels_per_trip"] for loop in loops
                             if loop["kernels_per_trip"] == per_iteration[name] and loop["depth"] == 1), default=0)
                  for name, loops in out["programs"].items()}
     out["per_iteration"], out["per_iteration_body_only"] = per_iteration, body_only

@@ -221,3 +221,27 @@ def test_stop_on_time_total_s_as_rllib():
                {"time_total_s": 9.0, "timesteps_total": 100, "episode_reward_mean": 3.0, "training_iteration": 2}]
     assert loop.should_stop(results, {"time_total_s": 7, "timesteps_total": 1000}) == "time_total_s >= 7"
     assert loop.should_stop(results, {"time_total_s": 8, "timesteps_total": 1000}) is None  # every seed must meet it
+
+
+@pytest.mark.parametrize("env, want", [
+    ({}, "{xdg}/jaxdqn/xla"),
+    ({"JAX_COMPILATION_CACHE_DIR": "{xdg}/mine"}, "{xdg}/mine"),
+    ({"JAXDQN_COMPILATION_CACHE": "0"}, "None"),
+])
+def test_train_and_evaluate_keep_their_programs_in_jaxs_persistent_cache(tmp_path, env, want):
+    """``jaxdqn train`` / ``evaluate`` use JAX's persistent compilation cache (a second run of a
+    config loads its programs): the user's JAX_COMPILATION_CACHE_DIR, else
+    $XDG_CACHE_HOME/jaxdqn/xla; JAXDQN_COMPILATION_CACHE=0 turns it off."""
+    import os
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT"))}
+    extra = {k: v.format(xdg=tmp_path) for k, v in env.items()}
+    code = ("import jax; from jaxdqn.cli import enable_compilation_cache as e; e(); c = jax.config; "
+            "print(c.jax_compilation_cache_dir, c.jax_persistent_cache_min_compile_time_secs, "
+            "c.jax_compilation_cache_max_size)")
+    done = subprocess.run([sys.executable, "-c", code], env={**base, **extra, "XDG_CACHE_HOME": str(tmp_path)},
+                          capture_output=True, text=True, check=True)
+    directory, min_seconds, max_size = done.stdout.split()
+    assert directory == want.format(xdg=tmp_path)
+    if not env:
+        assert (float(min_seconds), int(max_size)) == (0.5, cli.CACHE_MAX_BYTES)

@@ -23,6 +23,26 @@ from jaxdqn.cli.usage import UsageError
 from jaxdqn.errors import Diverged, SaveError
 
 
+CACHE_MAX_BYTES = 2**30  # the persistent compilation cache's size; JAX evicts the least recently used
+
+
+def enable_compilation_cache() -> None:
+    """JAX's persistent compilation cache for the command's programs, so a run of a config (or
+    shape) compiled before loads its programs instead of compiling them again: the directory of
+    ``JAX_COMPILATION_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/jaxdqn/xla``
+    (``~/.cache/jaxdqn/xla``); ``JAXDQN_COMPILATION_CACHE=0`` turns it off."""
+    import jax
+
+    if os.environ.get("JAXDQN_COMPILATION_CACHE", "1") == "0" or jax.config.jax_compilation_cache_dir:
+        return
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    jax.config.update("jax_compilation_cache_dir", os.path.join(base, "jaxdqn", "xla"))
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    if "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ:
+        jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, no usage block
         raise UsageError(message)
@@ -111,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    if importlib.util.find_spec(m) is None]
         if missing and args.command != "info":
             raise UsageError(f"jaxdqn {args.command} needs {missing[0]} (the [cli] extra): pip install 'jaxdqn[cli]'")
+        if args.command in ("train", "evaluate"):
+            enable_compilation_cache()
         return args.func(args)
     except UsageError as e:
         print(f"jaxdqn: error: {e}", file=sys.stderr)
