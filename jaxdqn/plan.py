@@ -243,9 +243,14 @@ def make_ops(config: DQNConfig, hyper: Hyperparams, worker: worker_.Worker, sche
     return Ops(epsilon, sample, take, store, replay, report, blank)
 
 
+def num_updates(state: TrainState) -> dict[str, Array]:
+    """Policy id -> its SGD steps so far (``Ops.report`` tells which policies stepped since)."""
+    return {pid: ls.num_updates for pid, ls in state.learner.items()}
+
+
 def replay_reported(ops: Ops, state: TrainState) -> TrainState:
     """One replay round with its learner statistics reported (``Plan.replay``)."""
-    updates = {pid: ls.num_updates for pid, ls in state.learner.items()}
+    updates = num_updates(state)
     return ops.report(*ops.replay(state), updates)
 
 
@@ -406,12 +411,12 @@ def make_loops(schedule: Schedule, ops: Ops, lockstep: Callable[[Array], Array])
                 count = jnp.where(warming, 0, int(counts[0]) if constant else table[(phase + i - warm) % q])
             return replays((state, carry[1]), count)
 
-        updates = {pid: ls.num_updates for pid, ls in state.learner.items()}
+        updates = num_updates(state)
         state, records = lax.fori_loop(jnp.int32(0), n, round_, (state, blank(state)))
         return report(state, records, updates)
 
     def learn(state: TrainState, items: Items, count: Any = None) -> tuple[TrainState, dict[str, LearnInfo]]:
-        updates = {pid: ls.num_updates for pid, ls in state.learner.items()}
+        updates = num_updates(state)
         state = store(state, items)
         if count is None:
             state, count = pay_credit(state)

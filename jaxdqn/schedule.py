@@ -81,11 +81,15 @@ class Schedule(NamedTuple):
         env steps are sampled (a Python or traced int)."""
         return (sampled - self.warmup_steps) // self.steps_per_store % self.period
 
+    @property
+    def primed_steps(self) -> int:
+        """Env steps sampled before any store (the n-step look-ahead): a fresh state's count."""
+        return self.warmup_steps - self.warmup_stores * self.steps_per_store
+
     def warmup_left(self, sampled: Any) -> Any:
         """Warm-up stores still to run once ``sampled`` env steps are sampled (a Python or
         traced int): all of them in a fresh state (only the n-step look-ahead sampled)."""
-        primed = self.warmup_steps - self.warmup_stores * self.steps_per_store
-        left = self.warmup_stores - (sampled - primed) // self.steps_per_store
+        left = self.warmup_stores - (sampled - self.primed_steps) // self.steps_per_store
         return max(0, left) if isinstance(left, int) else left.clip(0)
 
     def chunk_stores(self, sampled: Any, since_report: Any, gaps: Any = None) -> Any:
@@ -100,7 +104,7 @@ class Schedule(NamedTuple):
     def chunk_clocks(self, chunks: int) -> np.ndarray:
         """``[chunks, 2]`` int32: the env steps sampled, and sampled at the last report, as each
         of the first ``chunks`` chunks of a fresh run starts (its n-step look-ahead primed)."""
-        clocks, sampled, at_report = [], self.warmup_steps - self.warmup_stores * self.steps_per_store, 0
+        clocks, sampled, at_report = [], self.primed_steps, 0
         for _ in range(chunks):
             clocks.append((sampled, at_report))
             after = sampled + self.warmup_left(sampled) * self.steps_per_store
