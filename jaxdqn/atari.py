@@ -24,8 +24,12 @@ the game's score (RLlib's ``MonitorEnv`` sits beneath these wrappers).
 Semantics that differ from a gymnax env, and how the plan handles them:
 
 - The ALE holds the environments' state in C++; the carried state is a handle that orders the
-  calls. One ``AtariEnv`` is one batch of ``num_envs`` games, so seeds cannot be vmapped (a seed
-  is a process) and a checkpoint holds no game state (a restored run starts new episodes).
+  calls, and a checkpoint holds no game state (a restored run starts new episodes). One
+  ``AtariEnv`` is one batch of ``runs x num_envs`` games: the ALE's calls are not vmappable, so
+  ``runs`` vmapped runs (seeds, a sweep's trials) step their ``num_envs`` games each in one call
+  of the whole batch (``over_runs``: run ``r`` plays games ``r * num_envs`` to
+  ``(r + 1) * num_envs - 1``; a game's frames depend only on its own seed and actions, so a run
+  plays what it would play alone). Unvmapped, ``runs`` is 1.
 - Next-step autoreset: the step after a game's end ignores the action and returns the first
   observation of the next game (reward 0, neither terminated nor truncated). That step is no
   transition; the scored episode (the game) ends there (``EnvStep.episode_end``).
@@ -46,7 +50,8 @@ Env names: ``PongNoFrameskip-v4`` / ``PongDeterministic-v4`` (no sticky actions)
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import functools
+from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -104,7 +109,7 @@ class AtariEnv:
 
     batched = True
 
-    def __init__(self, name: str, num_envs: int, overrides: Mapping[str, Any] = ()):
+    def __init__(self, name: str, num_envs: int, overrides: Mapping[str, Any] = (), runs: int = 1):
         game = atari_game(name)
         try:
             import ale_py
@@ -122,7 +127,7 @@ class AtariEnv:
         for key in ("noop_max", "stack_num", "frameskip"):
             if not isinstance(options[key], int) or isinstance(options[key], bool) or options[key] < (key != "noop_max"):
                 raise ValueError(f"env_params {key}={options[key]!r} must be an int >= {int(key != 'noop_max')}")
-        self.name, self.num_envs, self.options = name, num_envs, options
+        self.name, self.num_envs, self.options, self.runs = name, num_envs, options, runs
         self.episodic_life = bool(options["episodic_life"])
         self.stack_num = options["stack_num"]
         # No-ops: the ALE draws raw frames (0..noop_max); steps of the skipped env are taken here.
@@ -132,14 +137,16 @@ class AtariEnv:
         # The ALE's own episodic_life would also end the scored episode at each life; its FIRE
         # reset presses FIRE before the no-ops and never after a lost life; its stack starts with
         # zeros: those three are done here instead.
-        self.vector = AtariVectorEnv(game, num_envs, reward_clipping=False, grayscale=True, episodic_life=False,
+        self.vector = AtariVectorEnv(game, runs * num_envs, reward_clipping=False, grayscale=True, episodic_life=False,
                                      life_loss_info=self.episodic_life, use_fire_reset=False, stack_num=1,
                                      noop_max=options["noop_max"] + 1 if raw_frame_noops(name) else 0,
                                      **ale_options)
         actions = self.vector.ale.get_action_set()
         # RLlib's FireResetEnv: games whose action 1 is FIRE (it requires 3 actions).
         self.fire = bool(options["use_fire_reset"]) and len(actions) >= 3 and actions[1] == ale_py.Action.FIRE
-        self.handle, self._reset, self._step = self.vector.xla()
+        self.handle, reset, step = self.vector.xla()
+        self._reset = over_runs(lambda handle, seeds: reset(handle, seed=seeds), runs, num_envs, name)
+        self._step = over_runs(step, runs, num_envs, name)
         _, height, width = self.vector.single_observation_space.shape
         self.obs_shape = (height, width, self.stack_num)
         self.num_actions = int(self.vector.single_action_space.n)
@@ -156,7 +163,7 @@ class AtariEnv:
         """Fresh episodes in every game, each seeded from its key ``[E]``: ``(obs [E, H, W, S]
         uint8, state)``; the games' first steps are their reset steps (``start_steps``)."""
         seeds = (jax.random.key_data(keys)[:, 0] >> 1).astype(jnp.int32)  # 31 random bits of each key
-        handle, (frames, info) = self._reset(self.handle, seed=seeds)
+        handle, (frames, info) = self._reset(self.handle, seeds)
         stack = refilled(frames[:, -1], self.stack_num)
         return stack, AtariState(handle=handle, done=jnp.zeros((self.num_envs,), bool),
                                  frame=info["episode_frame_number"].astype(jnp.int32),
@@ -185,6 +192,44 @@ class AtariEnv:
         step = EnvStep(obs=stack, next_obs=stack, reward=reward.astype(jnp.float32), terminated=terminated,
                        truncated=truncated, valid=~reset & ~forced, episode_end=reset)
         return step, AtariState(handle=handle, done=ended, frame=frame, forced=remaining, stack=stack)
+
+
+def over_runs(call: Callable[[Array, Array], Any], runs: int, num_envs: int, name: str
+              ) -> Callable[[Array, Array], Any]:
+    """``call(handle, x [runs * E]) -> (handle, outputs [runs * E, ...])``, one call of an ALE
+    batch, as each of ``runs`` vmapped runs sees it: ``(handle, x [E]) -> (handle, outputs [E,
+    ...])``. Under a vmap of ``runs``, the runs' ``x [runs, E]`` are one call's ``[runs * E]`` (the
+    ALE's own ``vmap_method`` would call the batch once per run, each time with every game);
+    unvmapped (``runs`` must then be 1) it is ``call``."""
+
+    @jax.custom_batching.custom_vmap
+    def one_run(handle: Array, x: Array) -> Any:
+        if runs == 1:
+            return call(handle, x)
+        # Traced only for the output shapes; executed only where a caller forgot the vmap.
+        handle_shape, shapes = jax.eval_shape(lambda h, x: call(h, jnp.tile(x, (runs,) + (1,) * (x.ndim - 1))),
+                                              handle, x)
+        shapes = handle_shape, jax.tree_util.tree_map(
+            lambda s: jax.ShapeDtypeStruct((num_envs,) + s.shape[1:], s.dtype), shapes)
+        return jax.pure_callback(functools.partial(unvmapped_call, name, runs), shapes, handle, x)
+
+    @one_run.def_vmap
+    def all_runs(axis_size: int, in_batched: list[bool], handle: Array, x: Array) -> tuple[Any, Any]:
+        if axis_size != runs:
+            raise ValueError(f"this {name} batch holds the games of {runs} vmapped runs, not {axis_size}")
+        handle_batched, x_batched = in_batched
+        handle = handle[0] if handle_batched else handle  # one batch: every run carries the same handle
+        x = x if x_batched else jnp.broadcast_to(x, (runs,) + x.shape)
+        handle, outputs = call(handle, x.reshape((runs * num_envs,) + x.shape[2:]))
+        outputs = jax.tree_util.tree_map(lambda y: y.reshape((runs, num_envs) + y.shape[1:]), outputs)
+        handle = jnp.broadcast_to(handle, (runs,) + handle.shape)
+        return (handle, outputs), jax.tree_util.tree_map(lambda _: True, (handle, outputs))
+
+    return one_run
+
+
+def unvmapped_call(name: str, runs: int, *args: Any) -> Any:
+    raise ValueError(f"this {name} batch holds the games of {runs} runs: step it under jax.vmap over the {runs} runs")
 
 
 def program_action(remaining: Array, fire: bool) -> Array:

@@ -143,16 +143,18 @@ def valid_names() -> list[str]:
 
 
 def make_env(env: str | Any, env_params: Mapping[str, Any] | tuple = (), params: Any = None, *,
-             num_envs: int = 1) -> EnvSpec:
+             num_envs: int = 1, runs: int = 1) -> EnvSpec:
     """The ``EnvSpec`` for a gymnax name (``"CartPole-v1"``, ``"Breakout-MinAtar"``, ...) or a
     user's env object with the gymnax API, with ``env_params`` overriding fields of its params.
+    ``num_envs`` and ``runs`` size an Atari game's ALE batch (``runs`` vmapped runs of
+    ``num_envs`` games each, ``atari.AtariEnv``); a gymnax env is vmapped instead.
 
     Raises ``ValueError`` for an unknown name (listing the valid ones), a continuous action
     space, or an ``env_params`` key the environment does not have.
     """
     overrides = dict(env_params)
     if atari.is_atari(env):  # a batch of ALE games: ``num_envs`` of them, ALE's own options
-        game = atari.AtariEnv(env, num_envs, overrides)
+        game = atari.AtariEnv(env, num_envs, overrides, runs=runs)
         return EnvSpec(env=game, params=None, obs_shape=game.obs_shape, num_actions=game.num_actions)
     options = {key: overrides.pop(key) for key in WRAPPER_KEYS if key in overrides}
     check_wrapper_options(options)

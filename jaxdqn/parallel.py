@@ -205,7 +205,7 @@ def global_template(config: DQNConfig, num_devices: int, num_seeds: int | None, 
     data_parallel = num_devices > 1 and num_seeds is None
     if plan is None:
         plan = (make_plan(config, axis_name=AXIS, num_replicas=num_devices) if data_parallel
-                else make_plan(config, spec=spec))
+                else make_plan(config, spec=spec, num_runs=num_seeds if num_devices == 1 and num_seeds else 1))
     if num_devices == 1:
         return jax.eval_shape(plan.start if num_seeds is None else jax.vmap(plan.start), keys)
     if data_parallel:
@@ -239,18 +239,21 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
 
     num_trials = 1 if trials is None else len(trials)
     runs = num_seeds if trials is None else num_trials * (num_seeds or 1)
-    if runs is not None and atari.is_atari(config.env):
-        raise ValueError(f"env={config.env!r} is one ALE batch of games (its state lives in the emulator), so "
-                         f"seeds and trials cannot be vmapped: run one seed per process (num_seeds=None, no trials)")
     values = {} if trials is None else sweep.trial_values(trials)
     run_values = {k: np.repeat(v, runs // num_trials) for k, v in values.items()}  # [R]
     layout = make_layout(config, runs, num_trials)
+    if runs is not None and layout.num_devices > 1 and atari.is_atari(config.env):
+        raise ValueError(f"env={config.env!r} is one ALE batch of games (its state lives in the emulator): its "
+                         f"seeds and trials run on one device (num_devices=1, not {config.num_devices})")
     D, S = layout.num_devices, runs
-    build = dict(before_learn_on_batch=before_learn_on_batch, spec=spec, runs_axis=RUNS if S is not None else None)
+    build = dict(before_learn_on_batch=before_learn_on_batch, spec=spec, runs_axis=RUNS if S is not None else None,
+                 num_runs=S or 1)
     if layout.data_parallel:
         plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, axis_name=AXIS, num_replicas=D)
     else:
         plan = make_plan(config, **build)
+        if atari.is_atari(config.env):  # one ALE batch: every trial's plan plays the same games
+            build["spec"] = plan.spec
     if values:  # a sweep: the plan of each run's trial, built from its traced values
         def traced(v: dict[str, Any]) -> "Plan":
             return make_plan(config, hyper=sweep.hyperparams(config, v), **build)

@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxdqn import atari, evaluation, exploration, metrics, multiagent, policy, rollout
+from jaxdqn import atari, envs, evaluation, exploration, metrics, multiagent, policy, rollout
 from jaxdqn import worker as worker_
 from jaxdqn._platform import plan_key
 from jaxdqn.config import DQNConfig, Hyperparams
@@ -114,10 +114,12 @@ class Plan(NamedTuple):
         return self.worker.policy_mapping
 
 
-def make_train(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = None
+def make_train(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = None, num_runs: int = 1
                ) -> Callable[[Array], tuple[TrainState, dict[str, Array]]]:
-    """The pure ``train(key) -> (TrainState, reports stacked per chunk)`` for ``total_timesteps``."""
-    return make_plan(config, before_learn_on_batch=before_learn_on_batch).train
+    """The pure ``train(key) -> (TrainState, reports stacked per chunk)`` for ``total_timesteps``.
+    ``num_runs``: the size of the ``vmap`` a caller puts it in, where an Atari game's ALE batch
+    holds every run's games (``atari.over_runs``); a gymnax env needs none."""
+    return make_plan(config, before_learn_on_batch=before_learn_on_batch, num_runs=num_runs).train
 
 
 def split_totals(config: DQNConfig, num_replicas: int) -> tuple[int, int, int]:
@@ -262,21 +264,29 @@ def host_fragment(state: TrainState, length: int, num_envs: int) -> tuple[rollou
                                  episode_length=jnp.zeros(flags, jnp.int32))
 
 
-def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = None, axis_name: str | None = None,
-              num_replicas: int = 1, hyper: Hyperparams | None = None, spec: Any = None,
-              runs_axis: str | None = None) -> Plan:
-    """The ``Plan`` for ``config``; with ``axis_name``, one replica of ``num_replicas``; with
-    ``hyper``, those numbers in place of the config's (see the module docstring); with
-    ``runs_axis``, one of runs vmapped over that axis name, in lockstep (seeds, trials: their
-    counters are equal, and the loops read their counts once across the axis). ``start``
-    draws from ``plan_key(key, config.prng_impl)``."""
-    if num_replicas > 1 and axis_name is None:
-        raise ValueError(f"num_replicas={num_replicas} needs the axis_name of the device axis")
-    num_envs, buffer_size, batch_size = split_totals(config, num_replicas)
-    if atari.is_atari(config.env) and (config.model.use_lstm or num_replicas > 1):
+def atari_spec(config: DQNConfig, num_envs: int, num_replicas: int, num_runs: int) -> Any:
+    """The ALE batch of ``config``'s Atari game: ``num_runs`` vmapped runs' ``num_envs`` games
+    (``atari.AtariEnv``), on one device, without a recurrent model."""
+    if config.model.use_lstm or num_replicas > 1:
         raise ValueError(f"env={config.env!r} is an ALE batch of games: "
                          + ("model.use_lstm is not supported with it" if config.model.use_lstm else
                             "it runs on one device (num_devices=1)"))
+    return envs.make_env(config.env, config.env_params, num_envs=num_envs, runs=num_runs)
+
+
+def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = None, axis_name: str | None = None,
+              num_replicas: int = 1, hyper: Hyperparams | None = None, spec: Any = None,
+              runs_axis: str | None = None, num_runs: int = 1) -> Plan:
+    """The ``Plan`` for ``config``; with ``axis_name``, one replica of ``num_replicas``; with
+    ``hyper``, those numbers in place of the config's (see the module docstring); with
+    ``runs_axis``, one of ``num_runs`` runs vmapped over that axis name, in lockstep (seeds,
+    trials: their counters are equal, the loops read their counts once across the axis, and an
+    ALE batch plays all their games). ``start`` draws from ``plan_key(key, config.prng_impl)``."""
+    if num_replicas > 1 and axis_name is None:
+        raise ValueError(f"num_replicas={num_replicas} needs the axis_name of the device axis")
+    num_envs, buffer_size, batch_size = split_totals(config, num_replicas)
+    if atari.is_atari(config.env) and spec is None:
+        spec = atari_spec(config, num_envs, num_replicas, num_runs)
     hyper = config.hyperparams if hyper is None else hyper
     build = multiagent.make_worker if multiagent.is_multi_agent_config(config) else worker_.single_agent
     worker = build(config, hyper, num_envs=num_envs, buffer_size=buffer_size, axis_name=axis_name,

@@ -7,9 +7,10 @@ in Tune's order (the grid keys sorted by path, the first varying fastest). Trial
 one of ``TRACED_KEYS`` (the config's keys with ``traced`` metadata, the plan's ``Hyperparams``:
 learning rate, discount, epsilon schedule, target period, Polyak ``tau``, prioritized-replay
 exponents, ...) or ``seed`` (the trial's init keys). Any other difference (network sizes, batch, buffer, n-step, training
-intensity, env ...) changes shapes or the static schedule, so such trials compile apart. A
-trial on an Atari env is a program of its own: its ALE batch is one stateful emulator, which
-cannot be vmapped (RLlib's atari-duel-ddqn.yaml sweeps four games: four programs, run in turn).
+intensity, env ...) changes shapes or the static schedule, so such trials compile apart
+(RLlib's atari-duel-ddqn.yaml sweeps four games: four programs, run in turn). The trials of one
+Atari game share a program as any others: its ALE batch holds every run's games
+(``atari.over_runs``).
 
 Inside a program the config stays static and concrete (every trial's was checked when it was
 built); a trial's values travel beside it: ``hyperparams(config, values)`` is the config's
@@ -29,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdqn.config import NESTED, DQNConfig, Hyperparams, atari_game, to_dict, traced_keys
+from jaxdqn.config import NESTED, DQNConfig, Hyperparams, to_dict, traced_keys
 
 # Config keys whose value the plan may take as a traced array (``nested.key`` for sub-configs).
 # Each is tested to give the same run traced as written out (tests/test_sweep.py).
@@ -131,8 +132,7 @@ def check_effective(configs: Sequence[DQNConfig], differing: Sequence[str]) -> N
 def group_trials(configs: Sequence[DQNConfig]) -> list[list[int]]:
     """Trial indices grouped into programs (order kept): trials share a program when they differ
     only in ``TRACED_KEYS`` (numbers in every trial: ``grad_clip`` None against 40 is a change
-    of structure) and ``seed``, and their env can be vmapped (an Atari trial is alone: its ALE
-    batch is one emulator). A swept key without effect is refused (``check_effective``)."""
+    of structure) and ``seed``. A swept key without effect is refused (``check_effective``)."""
     if any(type(c) is not type(configs[0]) for c in configs):
         raise ValueError("the trials of a sweep must all be of one algorithm")
     flats = [flat_keys(c) for c in configs]
@@ -146,8 +146,7 @@ def group_trials(configs: Sequence[DQNConfig]) -> list[list[int]]:
 
     groups: dict[str, list[int]] = {}
     for i, flat in enumerate(flats):
-        alone = f"alone {i}" if atari_game(configs[i].env) is not None else ""
-        groups.setdefault(signature(flat) + alone, []).append(i)
+        groups.setdefault(signature(flat), []).append(i)
     return list(groups.values())
 
 

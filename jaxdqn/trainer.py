@@ -413,8 +413,8 @@ class Trainer:
         if envs.is_batched(self.plan.spec):
             # The emulator's games are not in a checkpoint: new episodes, and the n-step
             # look-ahead marked as no transitions (``rollout.init``), so nothing spans the cut.
-            key = jax.random.fold_in(self._state.key, self.iteration)
-            actor = jax.jit(self.plan.worker.init)(key)
+            fresh = lambda key: self.plan.worker.init(jax.random.fold_in(key, self.iteration))  # noqa: E731
+            actor = jax.jit(fresh if self._runs is None else jax.vmap(fresh))(self._state.key)
             self._state = self._state._replace(actor=actor)
         self.iteration = int(meta["iteration"])
         self.time_total_s = float(meta["time_total_s"])

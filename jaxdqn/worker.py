@@ -140,8 +140,8 @@ def single_agent(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer
     else:
         env = envs.functions(spec)
         # A batch of ALE games is one stateful object: evaluation plays its own.
-        eval_spec = (envs.make_env(config.env, config.env_params, num_envs=config.evaluation_num_episodes)
-                     if envs.is_batched(spec) else spec)
+        eval_spec = (envs.make_env(config.env, config.env_params, num_envs=config.evaluation_num_episodes,
+                                   runs=spec.env.runs) if envs.is_batched(spec) else spec)
         one = evaluation_act(bundle, explore=config.evaluation_config.explore)
         evaluate = evaluation.make_evaluate(
             envs.functions(eval_spec), lambda params, *args: one(params[DEFAULT_POLICY], *args),

@@ -13,6 +13,7 @@ import pytest
 from jaxdqn import DQNConfig, Trainer, atari, buffers, cli, envs
 from jaxdqn.cli import documents
 from jaxdqn.config import atari_game
+from jaxdqn.plan import make_plan, make_train
 
 DATA = pathlib.Path(__file__).parent / "data" / "rllib"
 SMALL = dict(env="PongNoFrameskip-v4", env_params={"img_height": 42, "img_width": 42}, num_envs_per_worker=2,
@@ -139,9 +140,60 @@ def test_trainer_stores_only_real_transitions_and_scores_whole_episodes(tmp_path
     assert after["timesteps_total"] > sampled
 
 
+def test_seeds_and_trials_play_one_ale_batch_as_separate_runs_would(tmp_path):
+    """``num_seeds=S`` (and a sweep's trials): one ALE batch of ``runs x num_envs`` games, run
+    ``r`` playing games ``r * num_envs ..``; each of ``2 trials x 2 seeds`` stores the frames and
+    counts the steps and episodes that a run of its key alone does (epsilon 1, so that float
+    rounding in the vmapped network cannot flip an action and the trials' learning rates do not
+    change what is played), and the trial with the config's learning rate learns the same to
+    float rounding (the other does not). Evaluation and a restore play each run's own games too."""
+    config = DQNConfig(**{**SMALL, "timesteps_per_iteration": 400, "learning_starts": 200,
+                          "evaluation_num_episodes": 1, "hiddens": (16,),  # a small network: compiles fast
+                          "model": {"conv_filters": [[4, 6, 6]], "fcnet_hiddens": []},
+                          "exploration_config": {"initial_epsilon": 1.0, "final_epsilon": 1.0}})
+    trials, seeds = [{"seed": 1}, {"seed": 2, "lr": config.lr / 4}], 2
+    trainer = Trainer(config, num_seeds=seeds, trials=trials)
+    results = trainer.train()
+    stored = trainer.state.buffer["default_policy"]  # the frames and what refers to them, [4, ...]
+    plan = make_plan(config)
+    start, chunk = jax.jit(plan.start), jax.jit(plan.chunk)
+    for t, trial in enumerate(trials):
+        for k in range(seeds):
+            state, report = chunk(start(jax.random.split(jax.random.key(trial["seed"]), seeds)[k]))
+            alone = state.buffer["default_policy"]
+            for x, y in zip(jax.tree_util.tree_leaves(alone), jax.tree_util.tree_leaves(stored), strict=True):
+                np.testing.assert_array_equal(np.asarray(x), np.asarray(y[t * seeds + k]))
+            assert results[t][k]["timesteps_total"] == int(report["num_steps_sampled"])
+            assert results[t][k]["episodes_total"] == int(report["episodes_total"])
+            loss = results[t][k]["info"]["learner"]["default_policy"]["learner_stats"]["loss"]
+            # Adam's normalised steps carry the vmapped convolutions' and the traced learning
+            # rate's rounding through 50 SGD steps: ~1e-4 apart; a quarter of the rate: >10%.
+            assert (loss == pytest.approx(float(report["learner/default_policy/loss"]), rel=2e-3)) == (t == 0)
+    frames = np.asarray(stored.frames)
+    assert frames.shape[0] == 4 and not np.array_equal(frames[0], frames[1]), "two seeds play different games"
+    evaluations = trainer.evaluate()
+    assert [len(e) for e in evaluations] == [seeds, seeds]
+    assert all(-21 <= e["evaluation"]["episode_reward_mean"] <= 21 for one in evaluations for e in one)
+    path = trainer.save(tmp_path / "ckpt")
+    restored = Trainer(config, num_seeds=seeds, trials=trials)
+    restored.restore(path)
+    after = restored.train()
+    assert [[r["timesteps_total"] for r in one] for one in after] == [
+        [r["timesteps_total"] + 400 for r in one] for one in results]
+
+
+def test_a_vmapped_make_train_sizes_its_ale_batch_by_num_runs():
+    config = DQNConfig(**{**SMALL, "total_timesteps": 1000})
+    keys = jax.random.split(jax.random.key(0), 3)
+    state, _ = jax.eval_shape(jax.vmap(make_train(config, num_runs=3)), keys)
+    assert state.buffer["default_policy"].frames.shape[0] == 3
+    with pytest.raises(ValueError, match="holds the games of 1 vmapped runs, not 3"):
+        jax.eval_shape(jax.vmap(make_train(config)), keys)
+
+
 def test_what_an_ale_batch_cannot_do_is_refused():
-    with pytest.raises(ValueError, match="one ALE batch of games.*one seed per process"):
-        Trainer(DQNConfig(**SMALL), num_seeds=2)
+    with pytest.raises(ValueError, match=r"one ALE batch of games.*one device \(num_devices=1, not 2\)"):
+        Trainer(DQNConfig(**{**SMALL, "num_devices": 2}), num_seeds=2)
     with pytest.raises(ValueError, match="model.use_lstm is not supported"):
         Trainer(DQNConfig(**{**SMALL, "model": {"use_lstm": True}}))
     with pytest.raises(ValueError, match=r"\['frame_skip'\] are not ALE options; valid: .*frameskip"):

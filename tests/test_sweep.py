@@ -86,12 +86,12 @@ def test_trials_share_a_program_when_they_differ_only_in_traced_keys():
         sweep.group_trials([base, SimpleQConfig()])
 
 
-def test_an_atari_trial_is_a_program_of_its_own():
-    """An ALE batch is one stateful emulator: trials on Atari envs never share a program, even
-    when they differ only in traced keys; gymnax trials around them still do."""
+def test_atari_trials_of_one_game_share_a_program():
+    """An ALE batch holds every vmapped run's games (``atari.over_runs``): trials of one game that
+    differ only in traced keys share a program; another game is another program."""
     pong, cart = DQNConfig(env="PongNoFrameskip-v4"), DQNConfig()
     configs = [pong, pong.replace(lr=1e-4), DQNConfig(env="BreakoutNoFrameskip-v4"), cart, cart.replace(lr=1e-4)]
-    assert sweep.group_trials(configs) == [[0], [1], [2], [3, 4]]
+    assert sweep.group_trials(configs) == [[0, 1], [2], [3, 4]]
 
 
 @pytest.mark.parametrize("configs, message", [
