@@ -75,15 +75,21 @@ def test_minatar_benchmark_script_trains_plots_and_tabulates(tmp_path):
     assert len(table) == 1 and len(table[0].split("|")[3].split(",")) == 2, out  # one final return per seed
 
 
-def test_bench_atari_runs_and_prints_its_rows():
-    out = subprocess.run([sys.executable, "scripts/bench_atari.py", "--envs", "1", "--steps", "200", "--iterations", "1"],
+def test_bench_atari_runs_and_prints_its_rows(tmp_path):
+    out = subprocess.run([sys.executable, "scripts/bench_atari.py", "--envs", "1", "--steps", "200", "--iterations", "1",
+                          "--seeds", "2", "--host", "--json", str(tmp_path / "rows.json")],
                          cwd=ROOT, capture_output=True, text=True, timeout=900, check=True).stdout
-    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith(("| ALE", "| DQN"))]
+    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith(("| ALE", "| DQN", "| floor"))]
     import importlib.util
 
     host = ["DQN on EnvPool"] if importlib.util.find_spec("envpool") is not None else []
     host += ["DQN on Gymnasium's ALE"] if importlib.util.find_spec("cv2") is not None else []
-    assert rows == ["ALE only", "DQN (pong-dqn.yaml)", "DQN, whole stacks"] + host, out
+    assert rows == ["ALE only", "floor", "DQN (pong-dqn.yaml)", "DQN x2 seeds", "DQN, whole stacks"] + host, out
+    saved = {row["row"]: row for row in json.loads((tmp_path / "rows.json").read_text())["rows"]}
+    assert saved["floor"]["per_floor"] == 1.0
+    # time per env step / floor = floor's rate / the row's rate per seed
+    seeds = saved["DQN x2 seeds"]
+    assert seeds["per_floor"] == pytest.approx(saved["floor"]["env_steps_per_s"] / (seeds["env_steps_per_s"] / 2))
 
 
 def test_bench_prng_runs_and_prints_every_implementation():
