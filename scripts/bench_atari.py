@@ -8,7 +8,9 @@ Rows, each with ``--envs`` games (1 and 8 by default):
 - ``floor``: a scan of the ALE step and the greedy action of the config's network every env
   step, and one SGD step of that network on a fixed batch per fragment (the online, target and
   double-Q selector forwards, the gradient, clipping and Adam): what any DQN at this config
-  must pay. No replay, no exploration, no target copy, no metrics;
+  must pay. No replay, no exploration, no target copy, no metrics. The batch passes an
+  optimization barrier with the params every step, so that its conversion is not hoisted out
+  of the loop as loop-invariant (a sampled batch's never is);
 - ``DQN (pong-dqn.yaml)``: ``Trainer.train()`` iterations of ``--steps`` env steps;
 - ``DQN xS seeds``: ``Trainer(config, num_seeds=S)`` (``--seeds``): S runs' games in one ALE
   batch, one vmapped learner; its ratio is per seed (S times the work);
@@ -103,6 +105,9 @@ def floor(config: DQNConfig, steps: int) -> Iteration:
     batch_size = config.train_batch_size
 
     def sgd(params, opt_state, batch):
+        # The batch is fixed, a DQN's is new every step: tied to the params here, so that XLA
+        # cannot hoist its conversion and patch extraction out of the loop as loop-invariant.
+        params, batch = jax.lax.optimization_barrier((params, batch))
         obs, action, reward, next_obs = batch
 
         def loss(p):

@@ -6,7 +6,10 @@ Rows (5000 frames of warm-up, then ``--timesteps`` frames of learning per seed, 
 
 - ``floor``: a scan of only the wrapped env step + greedy action per frame and, once learning
   starts, one SGD step (same network, RMSProp) on a fixed batch per frame: what any DQN at this
-  protocol must pay. No replay, no exploration, no target network, no metrics.
+  protocol must pay. No replay, no exploration, no target network, no metrics. The fixed batch
+  passes an optimization barrier with the params every step, so that XLA computes its float
+  conversion and convolution patches every step, as for a sampled batch, instead of hoisting
+  them out of the loop (which it did before: a floor cheaper than any DQN).
 - ``jaxdqn``: ``jaxdqn.make_train`` of the tuned example, one seed.
 - ``jaxdqn xN seeds``: ``jax.vmap`` over ``--seeds`` seeds in one program (N times the work;
   frames/s counts every seed's frames).
@@ -63,6 +66,9 @@ def make_floor(config: DQNConfig) -> Callable[[jax.Array], Any]:
         return out.obs, env_state, key
 
     def sgd(params, opt_state, batch):
+        # The batch is fixed, a DQN's is new every step: tied to the params here, so that XLA
+        # cannot hoist its conversion and patch extraction out of the loop as loop-invariant.
+        params, batch = jax.lax.optimization_barrier((params, batch))
         obs, action, reward, next_obs = batch
 
         def loss(p):

@@ -116,3 +116,13 @@ def test_bench_hostenv_runs_and_prints_its_rows():
     rows = [line.split("|") for line in out.splitlines() if line.startswith("| CartPole-v1")]
     assert [r[2].strip() for r in rows] == ["jaxdqn"], out
     assert float(rows[0][3]) > 0 and float(rows[0][6]) >= float(rows[0][3]), out  # outside the env: faster
+
+
+def test_profile_minatar_runs_and_counts_kernels_per_frame(tmp_path):
+    out = subprocess.run([sys.executable, "scripts/profile_minatar.py", "--frames", "50", "--top", "5", "--out",
+                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=900, check=True).stdout
+    header = [line for line in out.splitlines() if line.startswith("Breakout-MinAtar")]
+    counts = [int(x) for x in header[0].split("floor ")[1].replace("jaxdqn ", "").split(", ")]
+    assert len(counts) == 2 and all(c > 0 for c in counts), out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| kernel")]
+    assert len(rows) == 5, out
