@@ -41,7 +41,7 @@ from unittest import mock
 
 import jax
 import jax.numpy as jnp
-import optax
+from bench_minatar import floor_sgd
 
 from jaxdqn import envs, worker
 from jaxdqn.cli import documents
@@ -103,25 +103,7 @@ def floor(config: DQNConfig, steps: int) -> Iteration:
                                grad_clip=config.grad_clip, grad_clip_mode=config.grad_clip_mode)
     q = lambda params, obs: network.apply(params, obs).q  # noqa: E731
     batch_size = config.train_batch_size
-
-    def sgd(params, opt_state, batch):
-        # The batch is fixed, a DQN's is new every step: tied to the params here, so that XLA
-        # cannot hoist its conversion and patch extraction out of the loop as loop-invariant.
-        params, batch = jax.lax.optimization_barrier((params, batch))
-        obs, action, reward, next_obs = batch
-
-        def loss(p):
-            q_tm1 = jnp.take_along_axis(q(p, obs), action[:, None], axis=-1)[:, 0]
-            q_t = q(jax.lax.stop_gradient(p), next_obs)  # the target network's forward (same cost)
-            if config.double_q:
-                picked = jnp.argmax(q(jax.lax.stop_gradient(p), next_obs), axis=-1)
-                q_t = jnp.take_along_axis(q_t, picked[:, None], axis=-1)[:, 0]
-            else:
-                q_t = jnp.max(q_t, axis=-1)
-            return jnp.mean(optax.huber_loss(q_tm1, jax.lax.stop_gradient(reward + config.gamma * q_t)))
-
-        updates, opt_state = optimizer.update(jax.grad(loss)(params), opt_state, params)
-        return optax.apply_updates(params, updates), opt_state
+    sgd = floor_sgd(config, network, optimizer)
 
     def run(carry, key):
         def act_step(carry, key):

@@ -51,6 +51,37 @@ def tuned_config(timesteps: int) -> DQNConfig:
     return dataclasses.replace(config, total_timesteps=config.learning_starts + timesteps)
 
 
+def floor_sgd(config: DQNConfig, network: QNetwork, optimizer: optax.GradientTransformation
+              ) -> Callable[[Any, Any, Any], tuple[Any, Any]]:
+    """A floor's SGD step ``(params, opt_state, batch) -> (params, opt_state)`` of ``config``'s
+    loss on a fixed ``batch = (obs, action, reward, next_obs)``: the online forward with its
+    gradient, the target's forward (the params stand in: the same cost), the double-Q
+    selector's where ``config.double_q``, Huber (or MSE), ``optimizer``."""
+    q = lambda params, obs: network.apply(params, obs).q  # noqa: E731
+    td_loss = optax.huber_loss if config.td_error_loss_fn == "huber" else optax.squared_error
+
+    def sgd(params, opt_state, batch):
+        # The batch is fixed, a DQN's is new every step: tied to the params here, so that XLA
+        # cannot hoist its conversion and patch extraction out of the loop as loop-invariant.
+        params, batch = jax.lax.optimization_barrier((params, batch))
+        obs, action, reward, next_obs = batch
+
+        def loss(p):
+            q_tm1 = jnp.take_along_axis(q(p, obs), action[:, None], axis=-1)[:, 0]
+            q_t = q(jax.lax.stop_gradient(p), next_obs)
+            if config.double_q:
+                picked = jnp.argmax(q(jax.lax.stop_gradient(p), next_obs), axis=-1)
+                q_t = jnp.take_along_axis(q_t, picked[:, None], axis=-1)[:, 0]
+            else:
+                q_t = jnp.max(q_t, axis=-1)
+            return jnp.mean(td_loss(q_tm1, jax.lax.stop_gradient(reward + config.gamma * q_t)))
+
+        updates, opt_state = optimizer.update(jax.grad(loss)(params), opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    return sgd
+
+
 def make_floor(config: DQNConfig) -> Callable[[jax.Array], Any]:
     """Env step + greedy action every frame; one SGD step per frame after the warm-up."""
     spec = envs.make_env(config.env, config.env_params)
@@ -65,19 +96,7 @@ def make_floor(config: DQNConfig) -> Callable[[jax.Array], Any]:
         out, env_state = envs.step(spec, step_key[None], env_state, action)
         return out.obs, env_state, key
 
-    def sgd(params, opt_state, batch):
-        # The batch is fixed, a DQN's is new every step: tied to the params here, so that XLA
-        # cannot hoist its conversion and patch extraction out of the loop as loop-invariant.
-        params, batch = jax.lax.optimization_barrier((params, batch))
-        obs, action, reward, next_obs = batch
-
-        def loss(p):
-            q = jnp.take_along_axis(network.apply(p, obs).q, action[:, None], axis=-1)[:, 0]
-            y = reward + config.gamma * jnp.max(network.apply(p, next_obs).q, axis=-1)
-            return jnp.mean(optax.huber_loss(q, jax.lax.stop_gradient(y)))
-
-        updates, opt_state = optimizer.update(jax.grad(loss)(params), opt_state, params)
-        return optax.apply_updates(params, updates), opt_state
+    sgd = floor_sgd(config, network, optimizer)
 
     def run(key):
         reset_key, init_key, batch_key, key = jax.random.split(plan_key(key, config.prng_impl), 4)
