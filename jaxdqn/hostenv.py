@@ -1,10 +1,12 @@
 """Envs that step on the host (shell layer): Gymnasium envs, EnvPool's, and the user's own,
-registered by name as with RLlib's ``tune.register_env``, played by RLlib-style rollout workers
+registered by name as with RLlib's ``tune.register_env`` (PettingZoo's for several agents:
+``jaxdqn.hostagents``), played by RLlib-style rollout workers
 and fed to the same compiled store / replay step as a JAX env.
 
-Which backend a name means, in this order: ``"gymnasium:<id>"`` is Gymnasium's ``<id>`` and
+Which backend a name means, in this order: ``"gymnasium:<id>"`` is Gymnasium's ``<id>``,
 ``"envpool:<task>"`` EnvPool's ``<task>`` (one batch stepped by EnvPool's threads, see
-``PoolVector``), ``"<module>:<id>"`` Gymnasium's ``<id>`` once ``<module>`` is imported
+``PoolVector``) and ``"pettingzoo:<module>"`` the PettingZoo module's ``parallel_env``
+(several agents: ``jaxdqn.hostagents``), ``"<module>:<id>"`` Gymnasium's ``<id>`` once ``<module>`` is imported
 (``minigrid:MiniGrid-Empty-6x6-v0``, Gymnasium's own form); a name given to ``register_env`` is
 the user's creator; a name gymnax or jaxdqn knows (``CartPole-v1``,
 ``Breakout-MinAtar``, ``ALE/Pong-v5``, ...) steps inside the compiled loop; any other id in
@@ -32,17 +34,20 @@ from jaxdqn.config import DQNConfig
 from jaxdqn.hostpool import ENVPOOL, PoolVector
 
 GYMNASIUM = "gymnasium:"
+PETTINGZOO = "pettingzoo:"  # "pettingzoo:<module>": the module's ``parallel_env(**env_config)``
 ENV_CREATORS: dict[str, Callable[[dict[str, Any]], Any]] = {}  # register_env's names
 
 
 def register_env(name: str, creator: Callable[[dict[str, Any]], Any]) -> None:
     """Make ``name`` an env of jaxdqn configs: ``creator(env_config)`` returns a
-    ``gymnasium.Env`` (RLlib's ``tune.register_env``; ``env_config`` is the config's
-    ``env_params``)."""
-    if not isinstance(name, str) or not name or name.startswith(GYMNASIUM):
-        raise ValueError(f"name={name!r} is invalid: a non-empty str not starting with {GYMNASIUM!r}")
+    ``gymnasium.Env``, or a PettingZoo parallel env for several agents (RLlib's
+    ``tune.register_env``; ``env_config`` is the config's ``env_params`` but for a multi-agent
+    env's ``done_when``)."""
+    if not isinstance(name, str) or not name or name.startswith((GYMNASIUM, PETTINGZOO)):
+        raise ValueError(f"name={name!r} is invalid: a non-empty str not starting with {GYMNASIUM!r} or {PETTINGZOO!r}")
     if not callable(creator):
-        raise ValueError(f"creator={creator!r} is invalid: a callable env_config -> gymnasium.Env")
+        raise ValueError(f"creator={creator!r} is invalid: a callable env_config -> gymnasium.Env (or a PettingZoo "
+                         "parallel env)")
     ENV_CREATORS[name] = creator
 
 
@@ -58,7 +63,7 @@ def is_host_env(env: Any) -> bool:
     """Whether ``env`` (a config's ``env``) steps on the host (the module docstring's rule)."""
     if not isinstance(env, str):
         return False
-    if env.startswith((GYMNASIUM, ENVPOOL)) or env in ENV_CREATORS or _module_form(env):
+    if env.startswith((GYMNASIUM, ENVPOOL, PETTINGZOO)) or env in ENV_CREATORS or _module_form(env):
         return True
     if envs.is_known(env) or atari.is_atari(env):
         return False
@@ -78,9 +83,20 @@ def _module_form(env: str) -> bool:
 def make_one(config: DQNConfig) -> Callable[[], Any]:
     """A function creating one env of ``config`` (a worker process calls it)."""
     name, env_config = config.env, dict(config.env_params)
+    env_config.pop("done_when", None)  # the joint episode's rule (``jaxdqn.hostagents``), not the env's
     if name in ENV_CREATORS:
         creator = ENV_CREATORS[name]
         return lambda: creator(dict(env_config))
+    if name.startswith(PETTINGZOO):
+        module = name[len(PETTINGZOO):]
+        try:
+            made = importlib.import_module(module)
+        except ImportError as e:
+            raise ImportError(f"env={name!r}: its module {module!r} could not be imported ({e}); PettingZoo "
+                              'installs with pip install -e ".[pettingzoo]"') from e
+        if not callable(getattr(made, "parallel_env", None)):
+            raise ValueError(f"env={name!r}: module {module!r} has no parallel_env (a PettingZoo env module)")
+        return lambda: made.parallel_env(**env_config)
     gymnasium = _gymnasium()
     gym_id = name[len(GYMNASIUM):] if name.startswith(GYMNASIUM) else name
     if _module_form(gym_id):
@@ -128,6 +144,44 @@ def numeric_obs(space: Any, obs: Any, gymnasium: Any) -> Any:
     return obs
 
 
+class ObsLayout:
+    """How observations of one space reach the network, RLlib's default preprocessing: Box as it
+    is (uint8 images kept, the rest float32), Discrete one-hot, Dict and Tuple flattened
+    (``numeric_part``). ``name`` says whose observations they are in errors."""
+
+    def __init__(self, space: Any, name: str) -> None:
+        gymnasium = _gymnasium()
+        self.space, self.name = space, name
+        self.boxed = isinstance(space, gymnasium.spaces.Box)
+        if self.boxed:
+            self.shape, self.dtype = tuple(space.shape), (np.uint8 if space.dtype == np.uint8 else np.float32)
+            return
+        self.numeric = numeric_part(space, gymnasium)
+        if self.numeric is None or gymnasium.spaces.flatdim(self.numeric) == 0:
+            raise ValueError(f"{name} has a {type(space).__name__} observation space: supported are Box, "
+                             "Discrete, MultiDiscrete, MultiBinary, and Dict and Tuple of them")
+        self.shape, self.dtype = (int(gymnasium.spaces.flatdim(self.numeric)),), np.float32
+
+    def batch(self, batched_space: Any, batch: Any, count: int, where: str) -> np.ndarray:
+        """A vector env's batch of ``count`` observations (of ``batched_space``) as ``[count, *obs]``."""
+        if self.boxed:
+            return self.rows(batch, count, where)
+        return self.rows(list(_gymnasium().vector.utils.iterate(batched_space, batch)), count, where)
+
+    def rows(self, rows: Any, count: int, where: str) -> np.ndarray:
+        """``count`` observations, preprocessed and checked against the space: ``[count, *obs]``."""
+        if self.boxed:
+            out = np.asarray(rows, self.dtype)
+        else:
+            gymnasium = _gymnasium()
+            out = np.stack([gymnasium.spaces.flatten(self.numeric, numeric_obs(self.space, r, gymnasium))
+                            for r in rows]).astype(np.float32)
+        if out.shape != (count,) + self.shape:
+            raise ValueError(f"{self.name} returned observations of shape {out.shape[1:]} in {where}; its "
+                             f"observation space says {self.shape}")
+        return out
+
+
 class WorkersRecreated(Exception):
     """Rollout workers failed and were started again (RLlib's ``recreate_failed_workers``): the
     fragment they were in is lost and every env starts a new episode."""
@@ -138,8 +192,9 @@ class HostEnvs:
     (Discrete observations one-hot, Dict / Tuple ones flattened) and the episode accounting the
     plan's metrics take."""
 
-    def __init__(self, config: DQNConfig, copies: int = 1) -> None:
-        """``copies`` x ``config.num_envs`` envs (a run's, or every vmapped seed's)."""
+    def __init__(self, config: DQNConfig, copies: int = 1, probe: Any = None) -> None:
+        """``copies`` x ``config.num_envs`` envs (a run's, or every vmapped seed's); ``probe``:
+        an env the creator made already (``open_envs``'s), read for the spaces and closed."""
         gymnasium = _gymnasium()
         self.name = config.env
         self.num_envs = config.num_envs * copies
@@ -151,8 +206,8 @@ class HostEnvs:
             self.atari = pool.atari
             self.single_obs, action_space = pool.single_observation_space, pool.single_action_space
         else:
-            one = make_one(config)
-            probe = self._call(one, "creating it")
+            one = self._creator(config)
+            probe = self._call(one, "creating it") if probe is None else self._wrap(probe)
             self.single_obs, action_space = probe.observation_space, probe.action_space
             probe.close()
             self.atari = hasattr(probe.unwrapped, "ale")  # Gymnasium's ALE (jaxdqn.hostatari's preprocessing)
@@ -162,12 +217,7 @@ class HostEnvs:
                                (gymnasium.vector.AsyncVectorEnv, {"context": "spawn"}))
             self._start = lambda: vector([one] * self.num_envs,  # noqa: E731
                                          autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP, **options)
-        if not isinstance(action_space, gymnasium.spaces.Discrete):
-            raise ValueError(f"env={self.name!r} has a {type(action_space).__name__} action space: DQN needs a "
-                             "Discrete one")
-        self.num_actions = int(action_space.n)
-        self.obs_shape, self.obs_dtype = self._obs_layout(gymnasium)
-        self.boxed = isinstance(self.single_obs, gymnasium.spaces.Box)
+        self._take_spaces(self.single_obs, action_space, config)
         self.vector = self._call(self._start, "starting it")
         # RLlib's recreate_failed_workers: only worker processes are recreated (not the trainer's
         # own envs, nor EnvPool's threads)
@@ -176,6 +226,25 @@ class HostEnvs:
         self.failures = 0  # consecutive failed steps (a fragment that ends well clears it)
         self.seed = config.seed
         self.restart()
+
+    def _creator(self, config: DQNConfig) -> Callable[[], Any]:
+        """What each worker calls to make one env of the vector env."""
+        if "done_when" in dict(config.env_params):
+            raise ValueError(f"env_params done_when is for multi-agent envs; env={self.name!r} is a single-agent one")
+        return make_one(config)
+
+    def _wrap(self, made: Any) -> Any:
+        """An env the creator made, as the vector env holds it."""
+        return made
+
+    def _take_spaces(self, obs_space: Any, action_space: Any, config: DQNConfig) -> None:
+        """The network's view of the spaces: the number of actions, the observations' layout."""
+        if not isinstance(action_space, _gymnasium().spaces.Discrete):
+            raise ValueError(f"env={self.name!r} has a {type(action_space).__name__} action space: DQN needs a "
+                             "Discrete one")
+        self.num_actions = int(action_space.n)
+        self.layout = ObsLayout(obs_space, f"env={self.name!r}")
+        self.obs_shape, self.obs_dtype = self.layout.shape, self.layout.dtype
 
     def _call(self, fn: Callable[[], Any], doing: str) -> Any:
         try:
@@ -211,17 +280,6 @@ class HostEnvs:
             self.restart()
             raise WorkersRecreated(problem) from e
 
-    def _obs_layout(self, gymnasium: Any) -> tuple[tuple[int, ...], Any]:
-        space = self.single_obs
-        if isinstance(space, gymnasium.spaces.Box):
-            dtype = np.uint8 if space.dtype == np.uint8 else np.float32
-            return tuple(space.shape), dtype
-        self.numeric = numeric_part(space, gymnasium)
-        if self.numeric is None or gymnasium.spaces.flatdim(self.numeric) == 0:
-            raise ValueError(f"env={self.name!r} has a {type(space).__name__} observation space: supported are Box, "
-                             "Discrete, MultiDiscrete, MultiBinary, and Dict and Tuple of them")
-        return (int(gymnasium.spaces.flatdim(self.numeric)),), np.float32
-
     @property
     def spec(self) -> envs.EnvSpec:
         return envs.host_spec(self.obs_shape, self.num_actions, None if self.obs_dtype == np.float32 else jnp.uint8,
@@ -239,25 +297,7 @@ class HostEnvs:
 
     def _array(self, batch: Any, where: str) -> np.ndarray:
         """A batch of observations from the vector env as ``[E, *obs]``."""
-        if self.boxed:
-            return self._checked(batch, self.num_envs, where)
-        gymnasium = _gymnasium()
-        return self._checked(list(gymnasium.vector.utils.iterate(self.vector.observation_space, batch)),
-                             self.num_envs, where)
-
-    def _checked(self, rows: Any, count: int, where: str) -> np.ndarray:
-        """``count`` observations, one per env, preprocessed (RLlib's default: Box as is,
-        the others flattened) and checked against the space: ``[count, *obs]``."""
-        if self.boxed:
-            out = np.asarray(rows, self.obs_dtype)
-        else:
-            gymnasium = _gymnasium()
-            out = np.stack([gymnasium.spaces.flatten(self.numeric, numeric_obs(self.single_obs, r, gymnasium))
-                            for r in rows]).astype(np.float32)
-        if out.shape != (count,) + self.obs_shape:
-            raise ValueError(f"env={self.name!r} returned observations of shape {out.shape[1:]} in {where}; its "
-                             f"observation space says {self.obs_shape}")
-        return out
+        return self.layout.batch(self.vector.observation_space, batch, self.num_envs, where)
 
     @staticmethod
     def _episode_end(info: dict[str, Any], terminated: np.ndarray, truncated: np.ndarray) -> np.ndarray:
@@ -269,9 +309,18 @@ class HostEnvs:
             return (np.asarray(final["game_over"], bool) & final["_game_over"]) | truncated
         return terminated | truncated
 
-    def _finite(self, block: np.ndarray, what: str, where: str = "step") -> None:
-        if block.dtype != np.uint8 and not np.isfinite(block).all():
-            raise ValueError(f"env={self.name!r} returned a non-finite {what} in {where}")
+    def _finite(self, block: Any, what: str, where: str = "step") -> None:
+        """Refuses a non-finite observation or reward in ``block`` (an array, or a dict of them by agent)."""
+        for one in (block.values() if isinstance(block, dict) else [block]):
+            if one.dtype != np.uint8 and not np.isfinite(one).all():
+                raise ValueError(f"env={self.name!r} returned a non-finite {what} in {where}")
+
+    @staticmethod
+    def _actions(actions: Any) -> Any:
+        """Actions as the vector env takes them (``[E]`` int32; a dict of them by agent)."""
+        if isinstance(actions, dict):
+            return {a: np.asarray(v, np.int32) for a, v in actions.items()}
+        return np.asarray(actions, np.int32)
 
     def fragment(self, act: Callable[[np.ndarray, int, np.ndarray], Any], length: int
                  ) -> tuple[rollout.RawStep, rollout.Episodes]:
@@ -292,8 +341,8 @@ class HostEnvs:
             self.obs = next_block[t] = self._array(obs, "step")
             if "_final_obs" in info and np.any(info["_final_obs"]):
                 where = np.flatnonzero(info["_final_obs"])
-                next_block[t, where] = self._checked([info["final_obs"][i] for i in where], len(where),
-                                                     "step (a final observation)")
+                next_block[t, where] = self.layout.rows([info["final_obs"][i] for i in where], len(where),
+                                                        "step (a final observation)")
             self.returns += reward[t]
             self.lengths += 1
             returns[t], lengths[t] = self.returns, self.lengths
@@ -318,7 +367,7 @@ class HostEnvs:
         for t in range(max_steps):
             if not alive.any():
                 break
-            obs, reward, terminated, truncated, info = self._step(np.asarray(act(self.obs, t), np.int32))
+            obs, reward, terminated, truncated, info = self._step(self._actions(act(self.obs, t)))
             reward = np.asarray(reward, np.float32)
             self._finite(reward, "reward")
             self.obs = self._array(obs, "step")
@@ -332,4 +381,4 @@ class HostEnvs:
         self.vector.close()
 
 
-__all__ = ["ENV_CREATORS", "GYMNASIUM", "HostEnvs", "WorkersRecreated", "is_host_env", "make_one", "register_env"]
+__all__ = ["ENV_CREATORS", "GYMNASIUM", "PETTINGZOO", "HostEnvs", "ObsLayout", "WorkersRecreated", "is_host_env", "make_one", "register_env"]

@@ -22,18 +22,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdqn import evaluation, metrics, parallel, rollout, sweep, worker
+from jaxdqn import evaluation, metrics, parallel, rollout, sweep
 from jaxdqn.config import DEFAULT_POLICY, DQNConfig
+from jaxdqn.hostagents import HostAgentEnvs, open_envs
 from jaxdqn.hostenv import HostEnvs, WorkersRecreated
 
 MAX_EVALUATION_STEPS = 100_000  # an evaluation episode's cap, as evaluation.default_max_steps's
 
 
-def check_config(config: DQNConfig, trials: Any) -> None:
+def check_config(config: DQNConfig, host: HostEnvs) -> None:
     """What a host env does not run (yet): refused before anything compiles, naming the key."""
     refusals = {
         "num_devices": (config.num_devices not in (1, "auto"), "a host env's run is on one device"),
-        "multiagent": (config.multiagent is not None, "multi-agent host envs are not supported yet"),
+        "multiagent": (config.multiagent is not None and not isinstance(host, HostAgentEnvs),
+                       "it is a single-agent env (a PettingZoo parallel env takes policies)"),
     }
     for key, (refused, why) in refusals.items():
         if refused:
@@ -80,8 +82,8 @@ def make_fragment(host: HostEnvs, plan_of: Callable[[Any], Any], values: dict[st
         """Every run's actions (and recurrent states) on the host's layout ``[R * E, ...]``."""
         if blocks.num_runs is None:
             return explore_one(params, sampled, obs, key, values, t, memory)
-        out = jax.vmap(explore_one, (0, 0, 0, 0, 0, None, 0))(params, sampled, blocks.blocks(obs), key, values, t,
-                                                                jax.tree_util.tree_map(blocks.blocks, memory))
+        out = jax.vmap(explore_one, (0, 0, 0, 0, 0, None, 0))(params, sampled, jax.tree_util.tree_map(blocks.blocks, obs),
+                                                                key, values, t, jax.tree_util.tree_map(blocks.blocks, memory))
         return jax.tree_util.tree_map(blocks.flat, out)
 
     explore = jax.jit(explore_runs)
@@ -112,12 +114,16 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
     """``parallel.make_runner``'s ``Runner`` for an env that steps on the host: ``init`` primes
     the n-step look-ahead and runs the warm-up stores from the host envs, ``chunk`` runs the
     fragments up to the next report (the module docstring)."""
-    check_config(config, trials)
     if config.num_devices == "auto":
         config = config.replace(num_devices=1)
     num_runs = num_seeds if trials is None else len(trials) * (num_seeds or 1)  # vmapped: seeds, trials x seeds
     blocks = RunBlocks(num_runs, config.num_envs)
-    host = HostEnvs(config, copies=num_runs or 1)
+    host = open_envs(config, copies=num_runs or 1)
+    try:
+        check_config(config, host)
+    except ValueError:
+        host.close()
+        raise
     runner = parallel.make_runner(config, num_seeds, before_learn_on_batch=before_learn_on_batch, trials=trials,
                                   spec=host.spec)
     plan, schedule = runner.plan, runner.plan.schedule
@@ -147,7 +153,8 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
 
     advance = jax.jit(advance, donate_argnums=0, static_argnums=4)
     close = per_seed(plan.close, num_runs, donate_argnums=0)
-    record = per_seed(lambda m, episodes: metrics.record_episodes(m, episodes, {}), num_runs)
+    record = per_seed(lambda m, episodes: metrics.record_episodes(m, episodes, plan.worker.policy_episodes(episodes)),
+                      num_runs)
     primed = plan.worker.pending if plan.worker.primed else 0
     counts = schedule.replay_counts(schedule.stores) if not schedule.credit else None
     new_key = per_seed(lambda key: jax.random.split(key)[0], num_runs)
@@ -202,18 +209,17 @@ def make_evaluate(config: DQNConfig, plan: Any, num_runs: int | None = None) -> 
     ``eps``; ``key`` seeds their resets and the acting. With ``num_runs`` (seeds, trials x seeds)
     every argument has the runs' axis and each run plays its episodes in turn (leaves ``[R, N]``). The envs are made at the
     first call."""
-    bundle = plan.worker.policies[DEFAULT_POLICY]
-    one = worker.evaluation_act(bundle, explore=config.evaluation_config.explore)
-    act = jax.jit(lambda params, obs, eps, key, t, memory: one(params[DEFAULT_POLICY], obs, eps,
-                                                               jax.random.fold_in(key, t), memory))
+    one = plan.worker.evaluation_actions  # by policy: the agents' actions for a multi-agent env
+    act = jax.jit(lambda params, obs, eps, key, t, memory: one(params, obs, eps, jax.random.fold_in(key, t), memory))
     made: list[HostEnvs] = []
 
     def evaluate_one(params: dict[str, Any], key: Any, eps: Any) -> evaluation.Evaluation:
         if not made:
-            made.append(HostEnvs(config.replace(num_workers=0, num_envs_per_worker=config.evaluation_num_episodes)))
+            made.append(open_envs(config.replace(num_workers=0, num_envs_per_worker=config.evaluation_num_episodes)))
         seed = int(jax.random.bits(key, (), jnp.uint32) >> 1)
         # a recurrent policy: every episode from the initial state (one episode per env)
-        memory = [bundle.network.initial_state(config.evaluation_num_episodes) if config.model.use_lstm else ()]
+        memory = [plan.worker.policies[DEFAULT_POLICY].network.initial_state(config.evaluation_num_episodes)
+                  if config.model.use_lstm else ()]
 
         def step(obs: np.ndarray, t: int) -> Any:
             action, memory[0] = act(params, obs, eps, key, t, memory[0])

@@ -260,7 +260,8 @@ def host_fragment(state: TrainState, length: int, num_envs: int) -> tuple[rollou
     """A fragment's shapes as the host gives it (zeros): ``take``'s input."""
     raw = jax.tree_util.tree_map(lambda x: jnp.zeros((length,) + x.shape[1:], x.dtype), state.actor.pending)
     flags = (length, num_envs)
-    return raw, rollout.Episodes(done=jnp.zeros(flags, bool), episode_return=jnp.zeros(flags, jnp.float32),
+    returns = jax.tree_util.tree_map(lambda r: jnp.zeros(flags, jnp.float32), state.actor.episode_return)  # per agent
+    return raw, rollout.Episodes(done=jnp.zeros(flags, bool), episode_return=returns,
                                  episode_length=jnp.zeros(flags, jnp.int32))
 
 
@@ -288,7 +289,8 @@ def make_plan(config: DQNConfig, *, before_learn_on_batch: BatchHook | None = No
     if atari.is_atari(config.env) and spec is None:
         spec = atari_spec(config, num_envs, num_replicas, num_runs)
     hyper = config.hyperparams if hyper is None else hyper
-    build = multiagent.make_worker if multiagent.is_multi_agent_config(config) else worker_.single_agent
+    several = multiagent.is_multi_agent_config(config) or isinstance(spec, multiagent.MultiAgentSpec)
+    build = multiagent.make_worker if several else worker_.single_agent
     worker = build(config, hyper, num_envs=num_envs, buffer_size=buffer_size, axis_name=axis_name,
                    **({} if spec is None else {"spec": spec}))
     host = worker.env is None  # its envs step on the host: it primes and warms up, and feeds ``take``

@@ -173,6 +173,19 @@ def init(env: Env, key: Array, num_envs: int, pending: int, *, recurrent_state: 
     actor: its memory starts there, every env at an episode's first observation; the pending
     steps' memories have ``first`` False, so the slicer masks them."""
     obs, env_state = env.reset(jax.random.split(key, num_envs))
+    return waiting(obs, env_state, num_envs, pending, recurrent_state, acted)
+
+
+def blank(obs: Any, num_envs: int, pending: int, recurrent_state: Any = None, *, acted: bool = False) -> ActorState:
+    """An actor whose envs step on the host (``obs``: one observation's ``ShapeDtypeStruct``, a
+    dict of them by agent for several): zero observations, no env state, ``pending`` zero steps
+    until the host primes them (or, for sequences, the first fragments fill them), as ``init``'s."""
+    batch = tree_map(lambda o: jnp.zeros((num_envs,) + tuple(o.shape), o.dtype), obs)
+    return waiting(batch, (), num_envs, pending, recurrent_state, acted)
+
+
+def waiting(obs: Any, env_state: Any, num_envs: int, pending: int, recurrent_state: Any, acted: bool) -> ActorState:
+    """An actor at observations ``obs`` (``[E, *obs]``, per agent) with ``pending`` zero steps."""
     memory: Any = ()
     if recurrent_state is not None:
         memory = Memory(state=recurrent_state, first=jnp.ones((num_envs,), bool))
@@ -185,24 +198,6 @@ def init(env: Env, key: Array, num_envs: int, pending: int, *, recurrent_state: 
                     memory=tree_map(zeros, memory), acted=tree_map(lambda o: zeros(per_env, bool), obs) if acted else ())
     return ActorState(env_state=env_state, obs=obs, episode_return=tree_map(lambda o: per_env.astype(jnp.float32), obs),
                       episode_length=jnp.zeros((num_envs,), jnp.int32), pending=steps, memory=memory)
-
-
-def blank(obs: Any, num_envs: int, pending: int, recurrent_state: Any = None) -> ActorState:
-    """An actor whose envs step on the host (``obs``: one observation's ``ShapeDtypeStruct``):
-    zero observations, no env state, ``pending`` zero steps until the host primes them (or, for
-    sequences, the first fragments fill them). ``recurrent_state`` (leaves ``[E, ...]``) makes a
-    recurrent actor, its memory as ``init``'s."""
-    zeros = lambda shape, dtype: jnp.zeros(shape, dtype)  # noqa: E731
-    batch = (num_envs,) + tuple(obs.shape)
-    memory: Any = ()
-    if recurrent_state is not None:
-        memory = Memory(state=recurrent_state, first=jnp.ones((num_envs,), bool))
-    steps = RawStep(obs=zeros((pending,) + batch, obs.dtype), action=zeros((pending, num_envs), jnp.int32),
-                    reward=zeros((pending, num_envs), jnp.float32), terminated=zeros((pending, num_envs), bool),
-                    truncated=zeros((pending, num_envs), bool), next_obs=zeros((pending,) + batch, obs.dtype),
-                    memory=tree_map(lambda x: jnp.zeros((pending,) + x.shape, x.dtype), memory))
-    return ActorState(env_state=(), obs=zeros(batch, obs.dtype), episode_return=zeros((num_envs,), jnp.float32),
-                      episode_length=zeros((num_envs,), jnp.int32), pending=steps, memory=memory)
 
 
 def prime(env: Env, act: Act, actor: ActorState, keys: Array, view: View | None = None) -> tuple[ActorState, Episodes]:

@@ -43,6 +43,8 @@ class Worker(NamedTuple):
     items: Items
     policy_episodes: Callable[[rollout.Episodes], dict[str, rollout.Episodes]]  # {} for one agent
     evaluate: Callable[..., evaluation.Evaluation]  # (params by policy, key, eps=0.0)
+    # how an evaluation acts: (params by policy, obs, eps, key, memory) -> (actions, memory)
+    evaluation_actions: evaluation.EvalAct
 
     def act(self, params: dict[str, Any], obs: Array, policy_id: str, memory: Any = None, noise_key: Any = None
             ) -> Any:
@@ -134,6 +136,8 @@ def single_agent(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer
 
     pending = config.burn_in if recurrent else n - 1
     initial = bundle.network.initial_state(num_envs) if recurrent else None
+    one = evaluation_act(bundle, explore=config.evaluation_config.explore)
+    evaluation_actions = lambda params, *args: one(params[DEFAULT_POLICY], *args)  # noqa: E731
     if host:
         env, evaluate = None, host_evaluation(config.env)
         init = lambda key: rollout.blank(obs, num_envs, pending, recurrent_state=initial)  # noqa: E731
@@ -142,9 +146,8 @@ def single_agent(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer
         # A batch of ALE games is one stateful object: evaluation plays its own.
         eval_spec = (envs.make_env(config.env, config.env_params, num_envs=config.evaluation_num_episodes,
                                    runs=spec.env.runs) if envs.is_batched(spec) else spec)
-        one = evaluation_act(bundle, explore=config.evaluation_config.explore)
         evaluate = evaluation.make_evaluate(
-            envs.functions(eval_spec), lambda params, *args: one(params[DEFAULT_POLICY], *args),
+            envs.functions(eval_spec), evaluation_actions,
             config.evaluation_num_episodes, evaluation.default_max_steps(spec.params),
             bundle.network.initial_state(config.evaluation_num_episodes) if recurrent else ())
         init = lambda key: rollout.init(env, key, num_envs, pending, recurrent_state=initial,  # noqa: E731
@@ -153,6 +156,7 @@ def single_agent(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer
                   buffers={DEFAULT_POLICY: buffer}, policy_mapping=None, agents_per_policy={}, pending=pending,
                   primed=not recurrent, init=init,
                   behaviour=behaviour, items=items, policy_episodes=lambda episodes: {}, evaluate=evaluate,
+                  evaluation_actions=evaluation_actions,
                   view=reward_view(config.clip_rewards, config.no_done_at_end, config.bootstrap_truncations,
                                     clip_atari=atari.is_atari(config.env) or is_host_atari(spec)))
 

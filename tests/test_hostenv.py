@@ -276,13 +276,17 @@ def test_a_resumed_run_continues_on_new_episodes(tmp_path):
     assert int(resumed.state.buffer["default_policy"].storage.size) == stored + 200
 
 
-def test_the_guides_example_runs_as_written():
-    import pathlib
+def guide_examples():
+    """The Python blocks of the guide's section on host envs: a Gymnasium env, then a PettingZoo one."""
     import re
 
     text = (pathlib.Path(__file__).parents[1] / "docs" / "guide.md").read_text()
     start = text.index("## Any Gymnasium env, or your own")
-    code, = re.findall(r"```python\n(.*?)```", text[start:text.index("\n## ", start + 1)], flags=re.S)
+    return re.findall(r"```python\n(.*?)```", text[start:text.index("\n## ", start + 1)], flags=re.S)
+
+
+def test_the_guides_example_runs_as_written():
+    code, _ = guide_examples()
     scope: dict = {}
     exec(compile(code, "docs/guide.md", "exec"), scope)
     assert scope["result"]["timesteps_total"] == 200 and scope["result"]["episodes_total"] > 0

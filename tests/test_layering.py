@@ -13,7 +13,7 @@ SHELL = {"jaxdqn.cli", "jaxdqn.cli.__main__", "jaxdqn.cli.commands", "jaxdqn.cli
          "jaxdqn.cli.info",
          "jaxdqn.cli.loop", "jaxdqn.cli.plot", "jaxdqn.cli.sweeps", "jaxdqn.cli.usage", "jaxdqn.trainer",
          "jaxdqn.results", "jaxdqn.resources", "jaxdqn.checkpoint", "jaxdqn.logging", "jaxdqn.distributed",
-         "jaxdqn.hostenv", "jaxdqn.hostpool", "jaxdqn.hostrun", "jaxdqn.hostatari"}
+         "jaxdqn.hostenv", "jaxdqn.hostpool", "jaxdqn.hostrun", "jaxdqn.hostatari", "jaxdqn.hostagents"}
 FORBIDDEN_IN_CORE = {"time", "logging", "os", "pathlib", "builtins"}
 # The native library's loader reads its one switch (JAXDQN_CPU_KERNELS) and checks its file.
 NATIVE_LOADER = {"jaxdqn.buffers.tree_kernels": {"os"}}

@@ -116,6 +116,17 @@ class MultiAgentSpec(NamedTuple):
     obs_shapes: dict[str, tuple[int, ...]]
     num_actions: dict[str, int]
     done_when: str = "all"  # see the module docstring
+    obs_dtypes: dict[str, Any] | None = None  # agent -> uint8 images; None: float32 for every agent
+
+
+def host_spec(agents: tuple[str, ...], obs_shapes: dict[str, tuple[int, ...]], obs_dtypes: dict[str, Any],
+              num_actions: dict[str, int], done_when: str) -> MultiAgentSpec:
+    """The spec of a multi-agent env that steps on the host (a PettingZoo parallel env of the
+    shell's rollout workers): shapes only, no env."""
+    if done_when not in DONE_WHEN:
+        raise ValueError(f"env_params done_when={done_when!r} is invalid: supported {list(DONE_WHEN)}")
+    return MultiAgentSpec(env=None, params=envs.HostParams(), agents=tuple(agents), obs_shapes=dict(obs_shapes),
+                          num_actions=dict(num_actions), done_when=done_when, obs_dtypes=dict(obs_dtypes))
 
 
 class JointState(NamedTuple):
@@ -123,6 +134,12 @@ class JointState(NamedTuple):
 
     env: Any
     playing: dict[str, Array]  # agent -> [] bool
+
+
+def obs_struct(spec: MultiAgentSpec, agent: str) -> jax.ShapeDtypeStruct:
+    """One observation of ``agent``."""
+    dtype = (spec.obs_dtypes or {}).get(agent) or jnp.float32
+    return jax.ShapeDtypeStruct(spec.obs_shapes[agent], dtype)
 
 
 def is_multi_agent(env: Any) -> bool:

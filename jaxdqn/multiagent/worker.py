@@ -29,7 +29,7 @@ from jaxdqn import evaluation, policy, rollout
 from jaxdqn.config import DQNConfig, Hyperparams, MultiAgentConfig
 from jaxdqn.multiagent import envs
 from jaxdqn.types import ReplayBuffer, Sample
-from jaxdqn.worker import Worker, evaluation_act, make_buffer, reward_view
+from jaxdqn.worker import Worker, evaluation_act, host_evaluation, make_buffer, reward_view
 
 Array = jax.Array
 LOCKSTEP = "lockstep"  # the id of lockstep replay's one joint buffer
@@ -68,11 +68,13 @@ def lockstep_view(joint: ReplayBuffer, agents: tuple[str, ...]) -> ReplayBuffer:
 
 
 def make_worker(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer_size: int,
-                axis_name: str | None = None) -> Worker:
+                axis_name: str | None = None, spec: envs.MultiAgentSpec | None = None) -> Worker:
     """The worker of a multi-agent env with ``num_envs`` envs and buffers of ``buffer_size``
-    items (per replica); see the module docstring. Refusals name the key."""
+    items (per replica); see the module docstring. Refusals name the key. ``spec``: the env's
+    where the shell made it; one whose ``env`` is None steps on the host (``envs.host_spec``:
+    its fragments come to the plan's ``take``; no env functions, no evaluation here)."""
     multi = config.multiagent or MultiAgentConfig()
-    spec = envs.make_multi_agent_env(config.env, config.env_params)
+    spec = envs.make_multi_agent_env(config.env, config.env_params) if spec is None else spec
     mapping, groups = agent_groups(spec, multi)
     lockstep = multi.replay_mode == "lockstep"
     every_step_acts = spec.done_when == "any"  # "all": finished agents skip steps until the joint end
@@ -89,7 +91,7 @@ def make_worker(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer_
     policies = {}
     for pid, overrides in multi.policies:
         agent = groups[pid][0]
-        obs = jax.ShapeDtypeStruct(spec.obs_shapes[agent], jnp.float32)
+        obs = envs.obs_struct(spec, agent)
         own = hyper._replace(**{k: v for k, v in overrides if k in Hyperparams._fields})
         buffer = lockstep_view(stores[LOCKSTEP], groups[pid]) if lockstep else stores[pid]
         policies[pid] = policy.make_policy(config.for_policy(overrides), own, obs, spec.num_actions[agent], buffer,
@@ -97,7 +99,7 @@ def make_worker(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer_
     n, length = config.n_step, config.rollout_fragment_length
 
     def behaviour(params: dict[str, Any], eps: Array) -> rollout.Act:
-        def act(obs: dict[str, Array], key: Array) -> dict[str, Array]:
+        def act(obs: dict[str, Array], key: Array, memory: Any = None) -> dict[str, Array]:
             keys = jax.random.split(key, len(spec.agents))
             return {a: policy.act(policies[mapping[a]], params[mapping[a]], obs[a], eps, k, noise=config.explore)
                     for a, k in zip(spec.agents, keys)}
@@ -123,7 +125,6 @@ def make_worker(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer_
                                       episode_length=stack([episodes.episode_length] * len(agents)))
                 for pid, agents in groups.items()}
 
-    env = envs.functions(spec)
     one = {pid: evaluation_act(p, explore=config.evaluation_config.explore) for pid, p in policies.items()}
 
     def evaluation_actions(params: dict[str, Any], obs: dict[str, Array], eps: Array, key: Array, memory: Any):
@@ -131,10 +132,17 @@ def make_worker(config: DQNConfig, hyper: Hyperparams, *, num_envs: int, buffer_
         return {a: one[mapping[a]](params[mapping[a]], obs[a], eps, k, memory)[0]
                 for a, k in zip(spec.agents, keys)}, memory
 
-    evaluate = evaluation.make_evaluate(env, evaluation_actions, config.evaluation_num_episodes,
-                                        evaluation.default_max_steps(spec.params))
+    if spec.env is None:  # the host steps the envs (and plays the evaluation)
+        env, evaluate = None, host_evaluation(config.env)
+        obs_structs = {a: envs.obs_struct(spec, a) for a in spec.agents}
+        init = lambda key: rollout.blank(obs_structs, num_envs, n - 1, acted=True)  # noqa: E731
+    else:
+        env = envs.functions(spec)
+        evaluate = evaluation.make_evaluate(env, evaluation_actions, config.evaluation_num_episodes,
+                                            evaluation.default_max_steps(spec.params))
+        init = lambda key: rollout.init(env, key, num_envs, n - 1, acted=True)  # noqa: E731
     return Worker(spec=spec, env=env, policies=policies, trained=multi.trained, buffers=stores, policy_mapping=mapping,
                   agents_per_policy={pid: len(agents) for pid, agents in groups.items()}, pending=n - 1, primed=True,
-                  init=lambda key: rollout.init(env, key, num_envs, n - 1, acted=True), behaviour=behaviour,
+                  init=init, behaviour=behaviour,
                   view=reward_view(config.clip_rewards, config.no_done_at_end, config.bootstrap_truncations), items=items,
-                  policy_episodes=policy_episodes, evaluate=evaluate)
+                  policy_episodes=policy_episodes, evaluate=evaluate, evaluation_actions=evaluation_actions)
