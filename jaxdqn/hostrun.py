@@ -10,11 +10,15 @@ or a sweep's trials x seeds) the state is the one-device layout's ``[R, ...]`` (
 from the key a JAX env's run ``k`` would, and learns with its trial's values) and ``R x num_envs``
 envs step as one vector env: run ``k`` acts in and learns from envs ``k * num_envs ... (k + 1) *
 num_envs - 1`` (reset with Gymnasium's seeds ``seed + k * num_envs + j``). All runs step in
-lockstep, so their reports come at the same points.
+lockstep, so their reports come at the same points. On ``D`` devices (one process) the acting and
+learner calls are ``pmap``ped: data parallel, device ``d`` acts in and learns from the ``d``-th
+block of ``num_envs / D`` envs (its replay shard; the plan averages the gradients); with runs,
+device ``d`` holds runs ``d * R / D ... (d + 1) * R / D - 1`` (``RunBlocks``).
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, Callable, NamedTuple
 
@@ -30,10 +34,13 @@ from jaxdqn.hostenv import HostEnvs, WorkersRecreated
 MAX_EVALUATION_STEPS = 100_000  # an evaluation episode's cap, as evaluation.default_max_steps's
 
 
-def check_config(config: DQNConfig, host: HostEnvs) -> None:
+def check_config(config: DQNConfig, host: HostEnvs, layout: parallel.Layout) -> None:
     """What a host env does not run (yet): refused before anything compiles, naming the key."""
     refusals = {
-        "num_devices": (config.num_devices not in (1, "auto"), "a host env's run is on one device"),
+        "num_devices": (layout.num_processes > 1, f"a host env's run is in one process, not {layout.num_processes} "
+                        "(its devices may be several)"),
+        "model.use_lstm": (config.model.use_lstm and layout.num_devices > 1,
+                           f"a recurrent policy on a host env runs on one device, not {layout.num_devices}"),
         "multiagent": (config.multiagent is not None and not isinstance(host, HostAgentEnvs),
                        "it is a single-agent env (a PettingZoo parallel env takes policies)"),
     }
@@ -42,31 +49,54 @@ def check_config(config: DQNConfig, host: HostEnvs) -> None:
             raise ValueError(f"{key} is not supported with env={config.env!r}: {why}")
 
 
-def per_seed(fn: Callable[..., Any], seeds: int | None, **kwargs: Any) -> Callable[..., Any]:
-    """``fn`` over the runs' axis (``jax.vmap``; as is for one run), jitted."""
-    return jax.jit(fn if seeds is None else jax.vmap(fn), **kwargs)
-
-
 class RunBlocks(NamedTuple):
-    """How ``R`` vmapped runs' envs lie in the host's one vector env: run ``k`` on the ``k``-th
-    block of ``num_envs`` (``num_runs`` None: one run, every layout as is)."""
+    """How the host's one vector env's envs lie in the state's layout: ``[N, ...]`` is
+    ``[*leading, num_envs, ...]`` in order. Block ``k`` of ``num_envs`` envs belongs to run ``k``
+    (vmapped seeds, a sweep's trials x seeds), to device ``k`` (data parallel: each device steps
+    its share of the envs), or with seeds on devices to run ``k % (S / D)`` of device
+    ``k // (S / D)``. ``leading``: the state's leading axes (``()``: one run on one device)."""
 
-    num_runs: int | None
+    leading: tuple[int, ...]
     num_envs: int
+    seeds: bool = False  # a vmapped runs' axis (the last of ``leading``)
+    devices: tuple[Any, ...] | None = None  # pmapped over these devices (None: one device, jitted)
+
+    @classmethod
+    def of(cls, layout: parallel.Layout, num_envs: int) -> "RunBlocks":
+        devices = None if layout.num_devices == 1 else tuple(jax.local_devices()[:layout.num_devices])
+        per_block = num_envs // layout.num_devices if layout.data_parallel else num_envs
+        return cls(leading=layout.leading_shape, num_envs=per_block, seeds=layout.num_seeds is not None,
+                   devices=devices)
 
     def runs(self, x: Any) -> Any:
-        """``[F, R * E, ...]`` -> ``[R, F, E, ...]``."""
-        if self.num_runs is None:
+        """``[F, N, ...]`` -> ``[*leading, F, num_envs, ...]``."""
+        if not self.leading:
             return x
-        return jnp.swapaxes(x.reshape((x.shape[0], self.num_runs, self.num_envs) + x.shape[2:]), 0, 1)
+        xp = np if isinstance(x, np.ndarray) else jnp
+        y = xp.swapaxes(x.reshape((x.shape[0], -1, self.num_envs) + x.shape[2:]), 0, 1)
+        return y.reshape(self.leading + y.shape[1:])
 
     def flat(self, x: Any) -> Any:
-        """``[R, E, ...]`` -> ``[R * E, ...]``, the host's layout."""
-        return x if self.num_runs is None else x.reshape((self.num_runs * self.num_envs,) + x.shape[2:])
+        """``[*leading, num_envs, ...]`` -> ``[N, ...]``, the host's layout (device arrays of a
+        pmap come to the host)."""
+        if not self.leading:
+            return x
+        x = np.asarray(x) if self.devices is not None else x
+        return x.reshape((-1,) + x.shape[len(self.leading) + 1:])
 
     def blocks(self, x: Any) -> Any:
-        """``[R * E, ...]`` -> ``[R, E, ...]``."""
-        return x if self.num_runs is None else x.reshape((self.num_runs, self.num_envs) + x.shape[1:])
+        """``[N, ...]`` -> ``[*leading, num_envs, ...]``."""
+        return x if not self.leading else x.reshape(self.leading + (self.num_envs,) + x.shape[1:])
+
+    def compiled(self, fn: Callable[..., Any], in_axes: Any = 0, donate_argnums: tuple[int, ...] = ()
+                 ) -> Callable[..., Any]:
+        """``fn`` of one run (one device's replica) over the leading axes, compiled: jitted, over
+        the runs with ``vmap``, over the devices with ``pmap`` (the plan's device axis: its
+        collectives), or both."""
+        inner = jax.vmap(fn, in_axes, axis_name=parallel.RUNS) if self.seeds else fn
+        if self.devices is None:
+            return jax.jit(inner, donate_argnums=donate_argnums)
+        return jax.pmap(inner, parallel.AXIS, in_axes=in_axes, devices=self.devices, donate_argnums=donate_argnums)
 
 
 def make_fragment(host: HostEnvs, plan_of: Callable[[Any], Any], values: dict[str, Any], blocks: RunBlocks,
@@ -78,15 +108,14 @@ def make_fragment(host: HostEnvs, plan_of: Callable[[Any], Any], values: dict[st
     def explore_one(params: Any, sampled: Any, obs: Any, key: Any, v: Any, t: Any, memory: Any) -> Any:
         return plan_of(v).explore(params, sampled, obs, jax.random.fold_in(key, t), memory)
 
-    def explore_runs(params: Any, sampled: Any, obs: Any, key: Any, t: Any, memory: Any = None) -> Any:
-        """Every run's actions (and recurrent states) on the host's layout ``[R * E, ...]``."""
-        if blocks.num_runs is None:
-            return explore_one(params, sampled, obs, key, values, t, memory)
-        out = jax.vmap(explore_one, (0, 0, 0, 0, 0, None, 0))(params, sampled, jax.tree_util.tree_map(blocks.blocks, obs),
-                                                                key, values, t, jax.tree_util.tree_map(blocks.blocks, memory))
+    mapped = blocks.compiled(explore_one, in_axes=(0, 0, 0, 0, 0, None, 0))
+
+    def explore(params: Any, sampled: Any, obs: Any, key: Any, t: Any, memory: Any = None) -> Any:
+        """Every run's actions (and recurrent states) on the host's layout ``[N, ...]``."""
+        out = mapped(params, sampled, jax.tree_util.tree_map(blocks.blocks, obs), key, values, t,
+                     jax.tree_util.tree_map(blocks.blocks, memory))
         return jax.tree_util.tree_map(blocks.flat, out)
 
-    explore = jax.jit(explore_runs)
     flat_memory = jax.jit(lambda memory: jax.tree_util.tree_map(blocks.flat, memory))
 
     def fragment(state: Any, length: int) -> tuple[rollout.RawStep, rollout.Episodes, Any]:
@@ -114,21 +143,22 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
     """``parallel.make_runner``'s ``Runner`` for an env that steps on the host: ``init`` primes
     the n-step look-ahead and runs the warm-up stores from the host envs, ``chunk`` runs the
     fragments up to the next report (the module docstring)."""
-    if config.num_devices == "auto":
-        config = config.replace(num_devices=1)
     num_runs = num_seeds if trials is None else len(trials) * (num_seeds or 1)  # vmapped: seeds, trials x seeds
-    blocks = RunBlocks(num_runs, config.num_envs)
-    host = open_envs(config, copies=num_runs or 1)
+    layout = parallel.make_layout(config, num_runs, 1 if trials is None else len(trials))
+    data_parallel = layout.data_parallel
+    host = open_envs(config, copies=1 if data_parallel else num_runs or 1)
     try:
-        check_config(config, host)
+        check_config(config, host, layout)
     except ValueError:
         host.close()
         raise
+    blocks = RunBlocks.of(layout, config.num_envs)
     runner = parallel.make_runner(config, num_seeds, before_learn_on_batch=before_learn_on_batch, trials=trials,
                                   spec=host.spec)
     plan, schedule = runner.plan, runner.plan.schedule
     view = plan.worker.view or (lambda raw: raw)
-    values = {k: jnp.asarray(v) for k, v in runner.trial_values.items()}  # a sweep's traced keys, [R] each
+    # a sweep's traced keys, one value per run in the state's layout
+    values = {k: jnp.asarray(v).reshape(layout.leading_shape) for k, v in runner.trial_values.items()}
 
     def plan_of(v: dict[str, Any]) -> Any:
         """The plan of one run: a sweep's trial's values in place of the config's."""
@@ -145,19 +175,22 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
         state, items = one.take(state, view(raw), episodes)
         return one.learn(state._replace(key=jax.random.split(state.key)[0]), items, count)[0]
 
-    def advance(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, memory: Any, count: Any) -> Any:
-        one = lambda s, r, e, v, m: advance_one(s, r, e, v, m, count)  # noqa: E731
-        step = one if num_runs is None else jax.vmap(one, axis_name=parallel.RUNS)
-        return step(state, *jax.tree_util.tree_map(blocks.runs, (raw, episodes)), values,
-                    jax.tree_util.tree_map(blocks.blocks, memory))
+    @functools.lru_cache(maxsize=None)
+    def advance_of(count: int | None) -> Callable[..., Any]:
+        """The compiled fragment step with ``count`` replays (None: the credit's)."""
+        return blocks.compiled(lambda s, r, e, v, m: advance_one(s, r, e, v, m, count), donate_argnums=(0,))
 
-    advance = jax.jit(advance, donate_argnums=0, static_argnums=4)
-    close = per_seed(plan.close, num_runs, donate_argnums=0)
-    record = per_seed(lambda m, episodes: metrics.record_episodes(m, episodes, plan.worker.policy_episodes(episodes)),
-                      num_runs)
+    def advance(state: Any, raw: rollout.RawStep, episodes: rollout.Episodes, memory: Any, count: Any) -> Any:
+        return advance_of(count)(state, *jax.tree_util.tree_map(blocks.runs, (raw, episodes)), values,
+                                 jax.tree_util.tree_map(blocks.blocks, memory))
+
+    close = blocks.compiled(plan.close, donate_argnums=(0,))
+    record = blocks.compiled(lambda m, episodes: metrics.record_episodes(m, episodes,
+                                                                         plan.worker.policy_episodes(episodes)))
     primed = plan.worker.pending if plan.worker.primed else 0
     counts = schedule.replay_counts(schedule.stores) if not schedule.credit else None
-    new_key = per_seed(lambda key: jax.random.split(key)[0], num_runs)
+    new_key = blocks.compiled(lambda key: jax.random.split(key)[0])
+    viewed = blocks.compiled(view)
     fragment = make_fragment(host, plan_of, values, blocks, config.model.use_lstm)
 
     def prime(state: Any) -> Any:
@@ -167,7 +200,7 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
         raw, episodes = jax.tree_util.tree_map(blocks.runs, fragment(state, primed)[:2])
         m = record(state.metrics, episodes)
         m = m._replace(num_steps_sampled=m.num_steps_sampled + jnp.int32(primed * config.num_envs))
-        actor = state.actor._replace(pending=per_seed(view, num_runs)(raw))
+        actor = state.actor._replace(pending=viewed(raw))
         return state._replace(actor=actor, metrics=m, key=new_key(state.key))
 
     def store_round(state: Any, count: Any) -> Any:

@@ -249,7 +249,8 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *,
     build = dict(before_learn_on_batch=before_learn_on_batch, spec=spec, runs_axis=RUNS if S is not None else None,
                  num_runs=S or 1)
     if layout.data_parallel:
-        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, axis_name=AXIS, num_replicas=D)
+        plan = make_plan(config, before_learn_on_batch=before_learn_on_batch, axis_name=AXIS, num_replicas=D,
+                         spec=spec)
     else:
         plan = make_plan(config, **build)
         if atari.is_atari(config.env):  # one ALE batch: every trial's plan plays the same games

@@ -256,10 +256,84 @@ def test_a_dead_worker_process_is_recreated_or_stops_the_run_with_its_error(tmp_
 
 
 @pytest.mark.parametrize("changes, key", [
-    (dict(num_devices=2), "num_devices"), (dict(multiagent={"policies": {"p0": {}}}), "multiagent")])
+    (dict(num_devices=2, model=ModelConfig(use_lstm=True, lstm_cell_size=8, fcnet_hiddens=(16,), max_seq_len=4),
+          replay_sequence_length=4), "model.use_lstm"),
+    (dict(multiagent={"policies": {"p0": {}}}), "multiagent")])
 def test_what_a_host_env_does_not_run_yet_is_refused_naming_the_key(changes, key):
     with pytest.raises(ValueError, match=f"^{key} is not supported with env='corridor'"):
         Trainer(corridor_config(**changes))
+
+
+def test_a_host_env_run_stays_in_one_process():
+    from jaxdqn import hostrun, parallel
+
+    layout = parallel.Layout(num_devices=4, num_local_devices=2, process_index=0, num_processes=2, num_seeds=None)
+    with pytest.raises(ValueError, match="^num_devices is not supported with env='corridor': .* one process, not 2"):
+        hostrun.check_config(corridor_config(), None, layout)
+
+
+def stored_items(buffer):
+    """A uniform buffer's stored transitions as sorted (cell, action, return, discount, next cell)."""
+    size = int(buffer.storage.size)
+    stored = jax.tree_util.tree_map(lambda x: np.asarray(x[:size]), buffer.storage.storage)
+    return sorted(zip(stored.obs.argmax(1).tolist(), stored.action.tolist(),
+                      np.round(stored.reward.astype(float), 5).tolist(),
+                      np.round(stored.discount.astype(float), 5).tolist(), stored.next_obs.argmax(1).tolist()))
+
+
+def test_data_parallel_devices_each_store_their_own_envs_steps():
+    """num_devices=2 on a host env (4 forced CPU devices, conftest): the vector env's 4 envs are
+    split in order, device d's replay shard holds exactly the n-step transitions of envs 2d and
+    2d + 1, the learner (params, target, optimizer, counters) stays bitwise equal on both
+    devices, and the counters count both devices' steps."""
+    log, made = [], []
+
+    def creator(config):
+        made.append(Corridor({**config, "log": log}))
+        return made[-1]
+
+    jaxdqn.register_env("corridor-logged", creator)
+    try:
+        trainer = Trainer(corridor_config(env="corridor-logged", num_devices=2, num_envs_per_worker=4, n_step=3,
+                                          learning_starts=0, timesteps_per_iteration=96, train_batch_size=16))
+        result = trainer.train()
+    finally:
+        hostenv.ENV_CREATORS.pop("corridor-logged")
+    stepping = [id(env) for env in made[1:]]  # made[0] is the probe that reads the spaces
+    state = trainer.state
+    for d in range(2):
+        expected = []
+        for env_id in stepping[2 * d:2 * d + 2]:
+            expected += n_step_transitions([e[1:] for e in log if e[0] == env_id], 3, 0.9)
+        shard = jax.tree_util.tree_map(lambda x: x[d], state.buffer["default_policy"])
+        assert stored_items(shard) == sorted(expected), d
+        assert int(shard.storage.size) == 48  # half of the 96 steps
+    for leaf in jax.tree_util.tree_leaves((state.learner, state.metrics.num_steps_sampled,
+                                           state.metrics.num_steps_trained)):
+        assert np.array_equal(np.asarray(leaf)[0], np.asarray(leaf)[1])
+    sampled = 96 + 2 * 4  # the stored steps and the n-step look-ahead's first 2 steps of the 4 envs
+    assert result["timesteps_total"] == sampled and int(np.asarray(state.metrics.num_steps_sampled)[0]) == sampled
+
+
+def test_seeds_on_devices_equal_seeds_on_one_device(tmp_path):
+    """4 vmapped seeds of a host env spread over 2 devices learn what the same 4 seeds on one
+    device learn (the envs are the same, in the same order); a checkpoint of the 2-device run
+    restores on one device."""
+    on_one = Trainer(corridor_config(train_batch_size=15), num_seeds=4)
+    on_two = Trainer(corridor_config(train_batch_size=15, num_devices=2), num_seeds=4)
+    a, b = on_one.train(), on_two.train()
+    for x, y in zip(a, b):
+        assert x["episode_reward_mean"] == pytest.approx(y["episode_reward_mean"], rel=1e-5)
+        assert x["info"]["learner"]["default_policy"]["learner_stats"]["loss"] == pytest.approx(
+            y["info"]["learner"]["default_policy"]["learner_stats"]["loss"], rel=1e-4)
+    for x, y in zip(jax.tree_util.tree_leaves(on_one.params), jax.tree_util.tree_leaves(on_two.params)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-5)
+    path = on_two.save(tmp_path)
+    restored = Trainer(corridor_config(train_batch_size=15), num_seeds=4)
+    restored.restore(path)
+    for x, y in zip(jax.tree_util.tree_leaves(restored.params), jax.tree_util.tree_leaves(on_two.params)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert [r["timesteps_total"] for r in restored.train()] == [r["timesteps_total"] + 200 for r in b]
 
 
 def test_a_resumed_run_continues_on_new_episodes(tmp_path):
