@@ -8,8 +8,8 @@ from pettingzoo import ParallelEnv
 from pettingzoo.classic import rps_v2
 
 import jaxdqn
-from jaxdqn import DQNConfig, ModelConfig, Trainer, hostenv
-from tests.test_hostenv import guide_examples, n_step_transitions
+from jaxdqn import DQNConfig, Trainer, hostenv
+from tests.test_hostenv import corridor_config, guide_examples, n_step_transitions
 
 
 class Corridors(ParallelEnv):
@@ -59,12 +59,8 @@ class BoxActions(Corridors):
 
 
 def config(**overrides):
-    base = dict(env="corridors", num_envs_per_worker=2, rollout_fragment_length=4, train_batch_size=16,
-                buffer_size=2000, learning_starts=64, timesteps_per_iteration=200, target_network_update_freq=100,
-                lr=5e-3, gamma=0.9, hiddens=(16,), model=ModelConfig(fcnet_hiddens=(16,)), total_timesteps=4000,
-                exploration_config=dict(epsilon_timesteps=1500, final_epsilon=0.05))
-    base.update(overrides)
-    return DQNConfig(**base)
+    """The single-agent corridor tests' config, on the corridors."""
+    return corridor_config(**{"env": "corridors", **overrides})
 
 
 TWO_POLICIES = {"policies": {"p_left": {}, "p_right": {}}, "policy_mapping_fn": {"left": "p_left", "right": "p_right"}}
