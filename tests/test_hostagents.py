@@ -81,11 +81,11 @@ def greedy_walks(trainer, policy_id, length, seed=None):
                                           **kwargs) for c in range(length - 1)]
 
 
-def test_a_pettingzoo_env_of_a_few_lines_learns_a_policy_per_agent():
+def test_a_pettingzoo_env_of_a_few_lines_learns_a_policy_per_agent(tmp_path):
     """A user's PettingZoo parallel env, registered by name, with one policy per agent: each
     policy's greedy actions walk its corridor, the joint episode (RLlib's, ended when both
     agents' have) earns 2, each policy's agent 1, and the evaluation's greedy episodes take the
-    longer corridor's steps."""
+    longer corridor's steps. A checkpoint resumes on new episodes."""
     trainer = Trainer(config(env_params={"lengths": {"left": 3, "right": 5}}, multiagent=TWO_POLICIES,
                              evaluation_interval=15, evaluation_num_episodes=2))
     results = [trainer.train() for _ in range(15)]
@@ -95,6 +95,9 @@ def test_a_pettingzoo_env_of_a_few_lines_learns_a_policy_per_agent():
     assert 4.0 <= last["episode_len_mean"] < 5.0
     assert last["evaluation"]["hist_stats"]["episode_reward"] == [2.0, 2.0]
     assert last["evaluation"]["episode_len_mean"] == 4.0
+    resumed = Trainer.from_checkpoint(trainer.save(tmp_path))
+    after = resumed.train()
+    assert after["timesteps_total"] == last["timesteps_total"] + 200 and after["episode_reward_mean"] == 2.0
 
 
 def agent_transitions(log, done_when, n_step, gamma):
@@ -168,24 +171,20 @@ def test_pettingzoo_modules_run_by_name_and_zero_sum_games_sum_to_zero():
     assert "episode_reward" in returns and result["episodes_this_iter"] > 0
 
 
-def test_lockstep_replay_with_workers_in_processes_and_vmapped_seeds(tmp_path):
+def test_lockstep_replay_with_workers_in_processes_and_vmapped_seeds():
     """replay_mode='lockstep' (one buffer of joint steps, done_when='any'), the envs in a worker
     process (Gymnasium's AsyncVectorEnv of joint envs) and two vmapped seeds: each seed's shared
-    policy learns to walk, its greedy evaluation earns 2 in 4 steps; a checkpoint resumes on new
-    episodes."""
+    policy learns to walk, its greedy evaluation earns 2 in 4 steps."""
     c = config(num_workers=1, prioritized_replay=False, env_params={"done_when": "any"},
                multiagent={"policies": {"shared": {}}, "replay_mode": "lockstep"})
     trainer = Trainer(c, num_seeds=2)
     for _ in range(12):
-        results = trainer.train()
+        trainer.train()
     for k in range(2):
         assert greedy_walks(trainer, "shared", 5, seed=k) == [1, 1, 1, 1], k
     evaluations = trainer.evaluate()
     assert [e["evaluation"]["hist_stats"]["episode_reward"] for e in evaluations] == [[2.0] * 10] * 2
-    path = trainer.save(tmp_path)
-    resumed = Trainer.from_checkpoint(path)
-    after = resumed.train()
-    assert [r["timesteps_total"] for r in after] == [r["timesteps_total"] + 200 for r in results]
+    assert [e["evaluation"]["episode_len_mean"] for e in evaluations] == [4.0, 4.0]
 
 
 @pytest.mark.parametrize("env, changes, error, message", [

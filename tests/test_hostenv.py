@@ -315,10 +315,9 @@ def test_data_parallel_devices_each_store_their_own_envs_steps():
     assert result["timesteps_total"] == sampled and int(np.asarray(state.metrics.num_steps_sampled)[0]) == sampled
 
 
-def test_seeds_on_devices_equal_seeds_on_one_device(tmp_path):
+def test_seeds_on_devices_equal_seeds_on_one_device():
     """4 vmapped seeds of a host env spread over 2 devices learn what the same 4 seeds on one
-    device learn (the envs are the same, in the same order); a checkpoint of the 2-device run
-    restores on one device."""
+    device learn (the envs are the same, in the same order)."""
     on_one = Trainer(corridor_config(train_batch_size=15), num_seeds=4)
     on_two = Trainer(corridor_config(train_batch_size=15, num_devices=2), num_seeds=4)
     a, b = on_one.train(), on_two.train()
@@ -328,12 +327,6 @@ def test_seeds_on_devices_equal_seeds_on_one_device(tmp_path):
             y["info"]["learner"]["default_policy"]["learner_stats"]["loss"], rel=1e-4)
     for x, y in zip(jax.tree_util.tree_leaves(on_one.params), jax.tree_util.tree_leaves(on_two.params)):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-5)
-    path = on_two.save(tmp_path)
-    restored = Trainer(corridor_config(train_batch_size=15), num_seeds=4)
-    restored.restore(path)
-    for x, y in zip(jax.tree_util.tree_leaves(restored.params), jax.tree_util.tree_leaves(on_two.params)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    assert [r["timesteps_total"] for r in restored.train()] == [r["timesteps_total"] + 200 for r in b]
 
 
 def test_a_resumed_run_continues_on_new_episodes(tmp_path):
