@@ -201,11 +201,12 @@ class HostAgentEnvs(HostEnvs):
         return raw, rollout.Episodes(done=ended, episode_return=returns, episode_length=lengths)
 
 
-def open_envs(config: DQNConfig, copies: int = 1) -> HostEnvs:
-    """``config``'s host envs: ``HostAgentEnvs`` where the creator makes a PettingZoo parallel env,
-    ``HostEnvs`` otherwise (Gymnasium ids and EnvPool tasks are single-agent)."""
+def open_envs(config: DQNConfig, num_envs: int | None = None, seed: int | None = None) -> HostEnvs:
+    """``config``'s host envs (``HostEnvs``'s ``num_envs`` and ``seed``): ``HostAgentEnvs`` where
+    the creator makes a PettingZoo parallel env, ``HostEnvs`` otherwise (Gymnasium ids and
+    EnvPool tasks are single-agent)."""
     if config.env.startswith((ENVPOOL, GYMNASIUM)):
-        return HostEnvs(config, copies)
+        return HostEnvs(config, num_envs, seed)
     one = make_one(config)
     try:
         probe = one()
@@ -216,8 +217,8 @@ def open_envs(config: DQNConfig, copies: int = 1) -> HostEnvs:
         raise ValueError(f"env={config.env!r} is a PettingZoo AEC env (agents acting in turn): return its parallel "
                          "form (pettingzoo.utils.conversions.aec_to_parallel) or the module's parallel_env()")
     if is_parallel_env(probe):
-        return HostAgentEnvs(config, copies, probe=probe)
-    return HostEnvs(config, copies, probe=probe)
+        return HostAgentEnvs(config, num_envs, seed, probe=probe)
+    return HostEnvs(config, num_envs, seed, probe=probe)
 
 
 __all__ = ["HostAgentEnvs", "JointEnv", "is_aec_env", "is_parallel_env", "open_envs"]

@@ -192,16 +192,20 @@ class HostEnvs:
     (Discrete observations one-hot, Dict / Tuple ones flattened) and the episode accounting the
     plan's metrics take."""
 
-    def __init__(self, config: DQNConfig, copies: int = 1, probe: Any = None) -> None:
-        """``copies`` x ``config.num_envs`` envs (a run's, or every vmapped seed's); ``probe``:
-        an env the creator made already (``open_envs``'s), read for the spaces and closed."""
+    def __init__(self, config: DQNConfig, num_envs: int | None = None, seed: int | None = None,
+                 probe: Any = None) -> None:
+        """``num_envs`` envs (a run's ``config.num_envs``, the default, or every vmapped run's, or
+        a process's share), env ``i`` reset with seed ``seed + i`` (``config.seed`` by
+        default); ``probe``: an env the creator made already (``open_envs``'s), read for the
+        spaces and closed."""
         gymnasium = _gymnasium()
         self.name = config.env
-        self.num_envs = config.num_envs * copies
+        self.num_envs = config.num_envs if num_envs is None else num_envs
+        seed = config.seed if seed is None else seed
         envpool = config.env.startswith(ENVPOOL)
         if envpool:  # one batch, stepped by EnvPool's own threads (num_workers of them)
             pool = self._call(lambda: PoolVector(config.env[len(ENVPOOL):], self.num_envs, config.num_workers,
-                                                 config.seed, dict(config.env_params)), "creating it")
+                                                 seed, dict(config.env_params)), "creating it")
             self._start = lambda: pool  # noqa: E731
             self.atari = pool.atari
             self.single_obs, action_space = pool.single_observation_space, pool.single_action_space
@@ -224,7 +228,7 @@ class HostEnvs:
         self.tolerance = config.num_consecutive_worker_failures_tolerance
         self.recreates = config.recreate_failed_workers and config.num_workers > 0 and not envpool
         self.failures = 0  # consecutive failed steps (a fragment that ends well clears it)
-        self.seed = config.seed
+        self.seed = seed
         self.restart()
 
     def _creator(self, config: DQNConfig) -> Callable[[], Any]:

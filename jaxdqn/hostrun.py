@@ -10,15 +10,18 @@ or a sweep's trials x seeds) the state is the one-device layout's ``[R, ...]`` (
 from the key a JAX env's run ``k`` would, and learns with its trial's values) and ``R x num_envs``
 envs step as one vector env: run ``k`` acts in and learns from envs ``k * num_envs ... (k + 1) *
 num_envs - 1`` (reset with Gymnasium's seeds ``seed + k * num_envs + j``). All runs step in
-lockstep, so their reports come at the same points. On ``D`` devices (one process) the acting and
-learner calls are ``pmap``ped: data parallel, device ``d`` acts in and learns from the ``d``-th
-block of ``num_envs / D`` envs (its replay shard; the plan averages the gradients); with runs,
-device ``d`` holds runs ``d * R / D ... (d + 1) * R / D - 1`` (``RunBlocks``).
+lockstep, so their reports come at the same points. On ``D`` devices the acting and learner calls
+are ``pmap``ped: data parallel, device ``d`` acts in and learns from the ``d``-th block of
+``num_envs / D`` envs (its replay shard; the plan averages the gradients); with runs, device
+``d`` holds runs ``d * R / D ... (d + 1) * R / D - 1`` (``RunBlocks``). Over several processes
+each steps the envs of its own devices, env ``i`` of all of them reset with seed ``seed + i``
+as in one process.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from typing import Any, Callable, NamedTuple
 
@@ -37,8 +40,6 @@ MAX_EVALUATION_STEPS = 100_000  # an evaluation episode's cap, as evaluation.def
 def check_config(config: DQNConfig, host: HostEnvs, layout: parallel.Layout) -> None:
     """What a host env does not run (yet): refused before anything compiles, naming the key."""
     refusals = {
-        "num_devices": (layout.num_processes > 1, f"a host env's run is in one process, not {layout.num_processes} "
-                        "(its devices may be several)"),
         "model.use_lstm": (config.model.use_lstm and layout.num_devices > 1,
                            f"a recurrent policy on a host env runs on one device, not {layout.num_devices}"),
         "multiagent": (config.multiagent is not None and not isinstance(host, HostAgentEnvs),
@@ -50,23 +51,32 @@ def check_config(config: DQNConfig, host: HostEnvs, layout: parallel.Layout) -> 
 
 
 class RunBlocks(NamedTuple):
-    """How the host's one vector env's envs lie in the state's layout: ``[N, ...]`` is
+    """How this process's one vector env's envs lie in its part of the state: ``[N, ...]`` is
     ``[*leading, num_envs, ...]`` in order. Block ``k`` of ``num_envs`` envs belongs to run ``k``
     (vmapped seeds, a sweep's trials x seeds), to device ``k`` (data parallel: each device steps
     its share of the envs), or with seeds on devices to run ``k % (S / D)`` of device
-    ``k // (S / D)``. ``leading``: the state's leading axes (``()``: one run on one device)."""
+    ``k // (S / D)``. ``leading``: the leading axes of this process's rows of the state (``()``:
+    one run on one device)."""
 
     leading: tuple[int, ...]
     num_envs: int
     seeds: bool = False  # a vmapped runs' axis (the last of ``leading``)
-    devices: tuple[Any, ...] | None = None  # pmapped over these devices (None: one device, jitted)
+    devices: tuple[Any, ...] | None = None  # pmapped over these local devices (None: jitted, one device)
+    processes: int = 1  # several: the pmap spans every process's devices
 
     @classmethod
     def of(cls, layout: parallel.Layout, num_envs: int) -> "RunBlocks":
-        devices = None if layout.num_devices == 1 else tuple(jax.local_devices()[:layout.num_devices])
+        local = layout.num_local_devices
+        devices = None if layout.num_devices == 1 else tuple(jax.local_devices()[:local])
         per_block = num_envs // layout.num_devices if layout.data_parallel else num_envs
-        return cls(leading=layout.leading_shape, num_envs=per_block, seeds=layout.num_seeds is not None,
-                   devices=devices)
+        leading = layout.leading_shape if layout.num_devices == 1 else (local,) + layout.leading_shape[1:]
+        return cls(leading=leading, num_envs=per_block, seeds=layout.num_seeds is not None, devices=devices,
+                   processes=layout.num_processes)
+
+    @property
+    def total_envs(self) -> int:
+        """This process's envs."""
+        return math.prod(self.leading) * self.num_envs
 
     def runs(self, x: Any) -> Any:
         """``[F, N, ...]`` -> ``[*leading, F, num_envs, ...]``."""
@@ -96,7 +106,8 @@ class RunBlocks(NamedTuple):
         inner = jax.vmap(fn, in_axes, axis_name=parallel.RUNS) if self.seeds else fn
         if self.devices is None:
             return jax.jit(inner, donate_argnums=donate_argnums)
-        return jax.pmap(inner, parallel.AXIS, in_axes=in_axes, devices=self.devices, donate_argnums=donate_argnums)
+        devices = self.devices if self.processes == 1 else None  # pmap's default: every process's devices
+        return jax.pmap(inner, parallel.AXIS, in_axes=in_axes, devices=devices, donate_argnums=donate_argnums)
 
 
 def make_fragment(host: HostEnvs, plan_of: Callable[[Any], Any], values: dict[str, Any], blocks: RunBlocks,
@@ -145,20 +156,23 @@ def make_runner(config: DQNConfig, num_seeds: int | None = None, *, before_learn
     fragments up to the next report (the module docstring)."""
     num_runs = num_seeds if trials is None else len(trials) * (num_seeds or 1)  # vmapped: seeds, trials x seeds
     layout = parallel.make_layout(config, num_runs, 1 if trials is None else len(trials))
-    data_parallel = layout.data_parallel
-    host = open_envs(config, copies=1 if data_parallel else num_runs or 1)
+    blocks = RunBlocks.of(layout, config.num_envs)
+    # this process's envs, reset with the seeds they would have in one process holding them all
+    first_env = layout.process_index * blocks.total_envs
+    host = open_envs(config, num_envs=blocks.total_envs, seed=config.seed + first_env)
     try:
         check_config(config, host, layout)
     except ValueError:
         host.close()
         raise
-    blocks = RunBlocks.of(layout, config.num_envs)
     runner = parallel.make_runner(config, num_seeds, before_learn_on_batch=before_learn_on_batch, trials=trials,
                                   spec=host.spec)
     plan, schedule = runner.plan, runner.plan.schedule
     view = plan.worker.view or (lambda raw: raw)
     # a sweep's traced keys, one value per run in the state's layout
-    values = {k: jnp.asarray(v).reshape(layout.leading_shape) for k, v in runner.trial_values.items()}
+    first = layout.process_index * layout.num_local_devices  # this process's first device row
+    values = {k: jnp.asarray(np.asarray(v).reshape(layout.leading_shape)[first:first + layout.num_local_devices]
+                             if layout.num_devices > 1 else v) for k, v in runner.trial_values.items()}
 
     def plan_of(v: dict[str, Any]) -> Any:
         """The plan of one run: a sweep's trial's values in place of the config's."""

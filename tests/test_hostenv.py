@@ -264,12 +264,42 @@ def test_what_a_host_env_does_not_run_yet_is_refused_naming_the_key(changes, key
         Trainer(corridor_config(**changes))
 
 
-def test_a_host_env_run_stays_in_one_process():
-    from jaxdqn import hostrun, parallel
+def test_two_processes_step_their_own_envs_and_learn_as_one_process_would(tmp_path):
+    """``jaxdqn train`` on Gymnasium's CartPole as 2 local processes x 2 CPU devices (gloo), data
+    parallel: each process steps the envs of its own devices, reset with the seeds they have in
+    one process holding all 4 devices, so the first iteration counts the same steps and episodes
+    as that one process and its learner statistics agree to float tolerance (the all-reduce runs
+    over gloo)."""
+    import json
+    import subprocess
+    import sys
 
-    layout = parallel.Layout(num_devices=4, num_local_devices=2, process_index=0, num_processes=2, num_seeds=None)
-    with pytest.raises(ValueError, match="^num_devices is not supported with env='corridor': .* one process, not 2"):
-        hostrun.check_config(corridor_config(), None, layout)
+    from tests.test_parallel import free_port
+
+    config = dict(env="gymnasium:CartPole-v1", num_envs_per_worker=4, buffer_size=2000, learning_starts=64,
+                  train_batch_size=16, timesteps_per_iteration=64, total_timesteps=256, hiddens=[16],
+                  model={"fcnet_hiddens": [16]})
+    (tmp_path / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
+    port, run = free_port(), tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the processes force their own 2
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "jaxdqn.cli", "train", "--quiet", "--config", str(tmp_path / "config.yaml"),
+         "--out", str(run), "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id",
+         str(i), "--local-devices", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(2)]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    results = [json.loads(line) for line in (run / "result.json").read_text().splitlines()]
+    assert results[-1]["timesteps_total"] >= 256
+    single = Trainer(DQNConfig(**{**config, "hiddens": (16,), "model": ModelConfig(fcnet_hiddens=(16,)),
+                                  "num_devices": 4}))
+    first = single.train()
+    assert first["timesteps_total"] == results[0]["timesteps_total"]
+    assert first["episodes_total"] == results[0]["episodes_total"] > 0
+    assert first["hist_stats"]["episode_reward"] == results[0]["hist_stats"]["episode_reward"]
+    mine = first["info"]["learner"]["default_policy"]["learner_stats"]
+    theirs = results[0]["info"]["learner"]["default_policy"]["learner_stats"]
+    assert theirs == pytest.approx(mine, rel=1e-4, abs=1e-6)
 
 
 def stored_items(buffer):
