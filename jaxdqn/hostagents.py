@@ -24,7 +24,7 @@ import numpy as np
 
 from jaxdqn import rollout
 from jaxdqn.config import DQNConfig
-from jaxdqn.hostenv import ENVPOOL, GYMNASIUM, HostEnvs, ObsLayout, _gymnasium, make_one
+from jaxdqn.hostenv import ENVPOOL, GYMNASIUM, HostEnvs, ObsLayout, gymnasium_module, make_one
 from jaxdqn.multiagent import envs as multiagent_envs
 
 FIELDS = ("reward", "terminated", "truncated", "valid")  # what one step tells of each agent
@@ -51,7 +51,7 @@ def JointEnv(env: Any, done_when: str = "all") -> Any:  # noqa: N802 (a class ma
 
 @functools.lru_cache(maxsize=None)
 def _joint_class() -> type:
-    gymnasium = _gymnasium()
+    gymnasium = gymnasium_module()
 
     class Joint(gymnasium.Env):
         def __init__(self, env: Any, done_when: str) -> None:
@@ -122,7 +122,7 @@ class HostAgentEnvs(HostEnvs):
         return JointEnv(made, self.done_when)
 
     def _take_spaces(self, obs_space: Any, action_space: Any, config: DQNConfig) -> None:
-        gymnasium = _gymnasium()
+        gymnasium = gymnasium_module()
         self.agents = tuple(obs_space.spaces)
         if not self.agents:
             raise ValueError(f"env={self.name!r} has no agents (possible_agents is empty)")

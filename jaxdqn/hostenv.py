@@ -51,7 +51,9 @@ def register_env(name: str, creator: Callable[[dict[str, Any]], Any]) -> None:
     ENV_CREATORS[name] = creator
 
 
-def _gymnasium() -> Any:
+def gymnasium_module() -> Any:
+    """Gymnasium, imported where a host env needs it (the ``[gymnasium]`` extra); a missing
+    extra is one error naming it."""
     try:
         import gymnasium
     except ImportError as e:  # the extra is missing
@@ -68,7 +70,7 @@ def is_host_env(env: Any) -> bool:
     if envs.is_known(env) or atari.is_atari(env):
         return False
     try:
-        return env in _gymnasium().registry
+        return env in gymnasium_module().registry
     except ImportError:
         return False
 
@@ -97,7 +99,7 @@ def make_one(config: DQNConfig) -> Callable[[], Any]:
         if not callable(getattr(made, "parallel_env", None)):
             raise ValueError(f"env={name!r}: module {module!r} has no parallel_env (a PettingZoo env module)")
         return lambda: made.parallel_env(**env_config)
-    gymnasium = _gymnasium()
+    gymnasium = gymnasium_module()
     gym_id = name[len(GYMNASIUM):] if name.startswith(GYMNASIUM) else name
     if _module_form(gym_id):
         module, _, registered = gym_id.partition(":")
@@ -150,7 +152,7 @@ class ObsLayout:
     (``numeric_part``). ``name`` says whose observations they are in errors."""
 
     def __init__(self, space: Any, name: str) -> None:
-        gymnasium = _gymnasium()
+        gymnasium = gymnasium_module()
         self.space, self.name = space, name
         self.boxed = isinstance(space, gymnasium.spaces.Box)
         if self.boxed:
@@ -166,14 +168,14 @@ class ObsLayout:
         """A vector env's batch of ``count`` observations (of ``batched_space``) as ``[count, *obs]``."""
         if self.boxed:
             return self.rows(batch, count, where)
-        return self.rows(list(_gymnasium().vector.utils.iterate(batched_space, batch)), count, where)
+        return self.rows(list(gymnasium_module().vector.utils.iterate(batched_space, batch)), count, where)
 
     def rows(self, rows: Any, count: int, where: str) -> np.ndarray:
         """``count`` observations, preprocessed and checked against the space: ``[count, *obs]``."""
         if self.boxed:
             out = np.asarray(rows, self.dtype)
         else:
-            gymnasium = _gymnasium()
+            gymnasium = gymnasium_module()
             out = np.stack([gymnasium.spaces.flatten(self.numeric, numeric_obs(self.space, r, gymnasium))
                             for r in rows]).astype(np.float32)
         if out.shape != (count,) + self.shape:
@@ -198,7 +200,7 @@ class HostEnvs:
         a process's share), env ``i`` reset with seed ``seed + i`` (``config.seed`` by
         default); ``probe``: an env the creator made already (``open_envs``'s), read for the
         spaces and closed."""
-        gymnasium = _gymnasium()
+        gymnasium = gymnasium_module()
         self.name = config.env
         self.num_envs = config.num_envs if num_envs is None else num_envs
         seed = config.seed if seed is None else seed
@@ -243,7 +245,7 @@ class HostEnvs:
 
     def _take_spaces(self, obs_space: Any, action_space: Any, config: DQNConfig) -> None:
         """The network's view of the spaces: the number of actions, the observations' layout."""
-        if not isinstance(action_space, _gymnasium().spaces.Discrete):
+        if not isinstance(action_space, gymnasium_module().spaces.Discrete):
             raise ValueError(f"env={self.name!r} has a {type(action_space).__name__} action space: DQN needs a "
                              "Discrete one")
         self.num_actions = int(action_space.n)
@@ -385,4 +387,4 @@ class HostEnvs:
         self.vector.close()
 
 
-__all__ = ["ENV_CREATORS", "GYMNASIUM", "PETTINGZOO", "HostEnvs", "ObsLayout", "WorkersRecreated", "is_host_env", "make_one", "register_env"]
+__all__ = ["ENV_CREATORS", "GYMNASIUM", "PETTINGZOO", "HostEnvs", "ObsLayout", "gymnasium_module", "WorkersRecreated", "is_host_env", "make_one", "register_env"]
