@@ -40,8 +40,6 @@ MAX_EVALUATION_STEPS = 100_000  # an evaluation episode's cap, as evaluation.def
 def check_config(config: DQNConfig, host: HostEnvs, layout: parallel.Layout) -> None:
     """What a host env does not run (yet): refused before anything compiles, naming the key."""
     refusals = {
-        "model.use_lstm": (config.model.use_lstm and layout.num_devices > 1,
-                           f"a recurrent policy on a host env runs on one device, not {layout.num_devices}"),
         "multiagent": (config.multiagent is not None and not isinstance(host, HostAgentEnvs),
                        "it is a single-agent env (a PettingZoo parallel env takes policies)"),
     }
@@ -127,7 +125,9 @@ def make_fragment(host: HostEnvs, plan_of: Callable[[Any], Any], values: dict[st
                      jax.tree_util.tree_map(blocks.blocks, memory))
         return jax.tree_util.tree_map(blocks.flat, out)
 
-    flat_memory = jax.jit(lambda memory: jax.tree_util.tree_map(blocks.flat, memory))
+    # a pmapped layout's memory comes to the host to be flattened (blocks.flat); one device's stays there
+    flat_memory = ((lambda memory: jax.tree_util.tree_map(blocks.flat, memory)) if blocks.devices is not None
+                   else jax.jit(lambda memory: jax.tree_util.tree_map(blocks.flat, memory)))
 
     def fragment(state: Any, length: int) -> tuple[rollout.RawStep, rollout.Episodes, Any]:
         params = {pid: ls.params for pid, ls in state.learner.items()}
