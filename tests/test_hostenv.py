@@ -266,26 +266,12 @@ def test_two_processes_step_their_own_envs_and_learn_as_one_process_would(tmp_pa
     one process holding all 4 devices, so the first iteration counts the same steps and episodes
     as that one process and its learner statistics agree to float tolerance (the all-reduce runs
     over gloo)."""
-    import json
-    import subprocess
-    import sys
-
-    from tests.test_parallel import free_port
+    from tests.test_parallel import train_in_two_processes
 
     config = dict(env="gymnasium:CartPole-v1", num_envs_per_worker=4, buffer_size=2000, learning_starts=64,
                   train_batch_size=16, timesteps_per_iteration=64, total_timesteps=256, hiddens=[16],
                   model={"fcnet_hiddens": [16]})
-    (tmp_path / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
-    port, run = free_port(), tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the processes force their own 2
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "jaxdqn.cli", "train", "--quiet", "--config", str(tmp_path / "config.yaml"),
-         "--out", str(run), "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id",
-         str(i), "--local-devices", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for i in range(2)]
-    outputs = [p.communicate(timeout=600)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outputs
-    results = [json.loads(line) for line in (run / "result.json").read_text().splitlines()]
+    results = train_in_two_processes(config, tmp_path)
     assert results[-1]["timesteps_total"] >= 256
     single = Trainer(DQNConfig(**{**config, "hiddens": (16,), "model": ModelConfig(fcnet_hiddens=(16,)),
                                   "num_devices": 4}))

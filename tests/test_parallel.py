@@ -200,15 +200,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_with_two_devices_each_train_in_lockstep(tmp_path):
-    """``jaxdqn train`` as 2 local processes x 2 CPU devices (gloo): one program over 4 devices.
-    All 4 devices end with the same params, process 0 alone writes the run folder, and the first
-    iteration matches the same config on 4 devices of one process (to float tolerance: the
-    all-reduce runs over gloo instead of in-process). The config does not set num_devices: a
-    multi-process command uses every device ("auto")."""
-    config = {**TINY, "model": {"fcnet_hiddens": [16]}, "hiddens": [16],
-              "timesteps_per_iteration": 32, "total_timesteps": 256}
-    (tmp_path / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
+def train_in_two_processes(config: dict, tmp_path) -> list[dict]:
+    """``jaxdqn train --config`` (``config`` written as JSON, which is YAML) as 2 local processes
+    x 2 forced CPU devices (gloo) into ``tmp_path / "run"``: the results process 0 wrote."""
+    (tmp_path / "config.yaml").write_text(json.dumps(config))
     port, run = free_port(), tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # the processes force their own 2
     procs = [subprocess.Popen(
@@ -218,7 +213,19 @@ def test_two_processes_with_two_devices_each_train_in_lockstep(tmp_path):
         for i in range(2)]
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
-    results = [json.loads(line) for line in (run / "result.json").read_text().splitlines()]
+    return [json.loads(line) for line in (run / "result.json").read_text().splitlines()]
+
+
+def test_two_processes_with_two_devices_each_train_in_lockstep(tmp_path):
+    """``jaxdqn train`` as 2 local processes x 2 CPU devices (gloo): one program over 4 devices.
+    All 4 devices end with the same params, process 0 alone writes the run folder, and the first
+    iteration matches the same config on 4 devices of one process (to float tolerance: the
+    all-reduce runs over gloo instead of in-process). The config does not set num_devices: a
+    multi-process command uses every device ("auto")."""
+    config = {**TINY, "model": {"fcnet_hiddens": [16]}, "hiddens": [16],
+              "timesteps_per_iteration": 32, "total_timesteps": 256}
+    run = tmp_path / "run"
+    results = train_in_two_processes(config, tmp_path)
     assert len(results) >= 2 and results[-1]["timesteps_total"] >= 256
     assert json.loads((run / "params.json").read_text())["num_devices"] == "auto"
 
